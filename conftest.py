@@ -1,0 +1,27 @@
+"""Shared test fixtures: one untrained tiny model per test session (built offline in about a second)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    import tiny
+    return tiny.build(str(tmp_path_factory.mktemp("tiny") / "model"), sft_steps=0, log=lambda s: None)
+
+
+@pytest.fixture(scope="session")
+def tok(tiny_dir):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_dir):
+    import rollout
+    return rollout.VLLMEngine(tiny_dir, max_model_len=512, seed=0)

