@@ -128,25 +128,26 @@ class PlanPath:
 
     # ---- dynamics --------------------------------------------------------------------------------
     def walk(self, moves):
-        """Follow moves from the current position; stop at the goal or at the first illegal move."""
+        """Follow moves from the current position. Returns (end, legal): the walk stops at the first
+        move into a wall or off the grid (legal=False). Passing over the goal does not end it: the
+        answer must END at the goal, else a long random walk would "solve" small grids by accident."""
         pos = self.pos
         for m in moves[: self.max_moves]:
             dr, dc = MOVES[m]
             n = (pos[0] + dr, pos[1] + dc)
             if not (0 <= n[0] < self.size and 0 <= n[1] < self.size) or n in self.walls:
-                break
+                return pos, False
             pos = n
-            if pos == self.goal:
-                break
-        return pos
+        return pos, len(moves) <= self.max_moves
 
     def score(self, moves):
-        """(team, local) for moves from the current position, without changing the state."""
+        """(team, local) for moves from the current position, without changing the state.
+        local = progress in BFS distance, (d_before - d_after) / d_before, + 1 if solved."""
         if moves is None:
             return 0.0, -1.0  # unparseable output: a defined format penalty
-        end = self.walk(moves)
-        d0, d1 = self.dist[self.pos], self.dist.get(end, self.dist[self.pos])
-        solved = float(end == self.goal)
+        end, legal = self.walk(moves)
+        d0, d1 = self.dist[self.pos], self.dist[end]
+        solved = float(end == self.goal and legal)
         return solved, (d0 - d1) / d0 + solved
 
     def step(self, role, text):
@@ -162,9 +163,8 @@ class PlanPath:
             moves = parse_moves(text)
             team, local = self.score(moves)
             if moves is not None:
-                end = self.walk(moves)
+                self.pos, _ = self.walk(moves)
                 self.history.append(moves[: self.max_moves])
-                self.pos = end
             self.success = self.pos == self.goal
             self.turn += 1
             self.proposal = None

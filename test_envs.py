@@ -60,7 +60,14 @@ def test_clone_is_independent():
 
 def test_walls_block_and_splits_disjoint():
     e = mk(i=1, size=8)
-    assert e.walk("U" * 20) == e.walk("U" * 20)  # deterministic, stops at a wall or the edge
+    end, legal = e.walk("U" * 20)
+    assert not legal and end[0] >= 0  # stops at a wall or the edge
+    ref = e.reference("planner")
+    assert e.walk(ref) == (e.goal, True)
+    # passing over the goal and walking on is not a solution
+    back = {"U": "D", "D": "U", "L": "R", "R": "L"}[ref[-1]]
+    team, local = e.score(ref + back)
+    assert team == 0.0 and local < 1.0
     train = {(mk("train", i).walls, mk("train", i).goal, mk("train", i).pos) for i in range(200)}
     test = {(mk("test", i).walls, mk("test", i).goal, mk("test", i).pos) for i in range(200)}
     assert len(train & test) <= 2  # tiny grids may coincide by chance, seeds never do

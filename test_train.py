@@ -90,6 +90,7 @@ def test_resume_matches_uninterrupted_run(tiny_dir, tmp_path):
     (["--preset", "nope"], "unknown preset"),
     (["--policies", "per-role", "--workflow", "single"], "needs several roles"),
     (["--bogus_flag"], "unrecognized arguments"),
+    (["--size", "2"], "size must be >= 3"),
 ])
 def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     p = run(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, check=False)

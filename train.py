@@ -129,7 +129,10 @@ def check_args(a):
         looks_hub = a.model.count("/") == 1 and not a.model.startswith((".", "/", "~"))
         if not looks_hub:
             die(f"model path {a.model!r} does not exist")
-    roles = make_env(a, "train", 0).roles
+    try:
+        roles = make_env(a, "train", 0).roles
+    except (ValueError, RuntimeError) as e:
+        die(str(e))
     if a.policies == "per-role" and len(roles) < 2:
         die(f"--policies per-role needs several roles; task {a.task} (workflow {a.workflow}) has {roles}")
 
