@@ -109,22 +109,24 @@ class PlanPath:
         return "\n".join(rows)
 
     def prompt(self, role):
-        # terse on purpose: every prompt token is recomputed K times per group in training
-        head = f"Plan-path, turn {self.turn + 1}/{self.max_turns}. A=you G=goal #=wall\n{self.grid_text()}\n"
-        if self.history:
-            head += f"Moves so far: {''.join(self.history)}\n"
+        # The grid comes last, right before the answer: its cells then sit at fixed distances from the
+        # answer, which a small model learns far faster. Terse: every prompt token costs in training.
         if role == "tool" and self.tool_mode == "code":
             ask = ("Write a Python program that prints the moves from A to G as one line of U/D/L/R "
                    "(U up, D down, L left, R right). Reply with the program only.")
         elif role == "tool":
-            ask = "Propose moves A->G (U up D down L left R right), moves only:"
+            ask = "Propose moves from A to G (U up, D down, L left, R right). Reply with the moves only."
         elif role == "planner":
-            if "tool" in self.roles:
-                head += f"Tool proposed: {self.proposal or '(nothing valid)'}\n"
-            ask = "Final moves A->G (U up D down L left R right), moves only:"
+            ask = "Give the final moves from A to G (U up, D down, L left, R right). Reply with the moves only."
         else:
             raise ValueError(f"plan_path has no role {role!r}")
-        return [{"role": "user", "content": head + ask}]
+        text = f"Plan-path, turn {self.turn + 1}/{self.max_turns}. {ask}\n"
+        if self.history:
+            text += f"Moves so far: {''.join(self.history)}\n"
+        if role == "planner" and "tool" in self.roles:
+            text += f"Tool proposed: {self.proposal or '(nothing valid)'}\n"
+        text += f"Grid (A you, G goal, # wall):\n{self.grid_text()}"
+        return [{"role": "user", "content": text}]
 
     # ---- dynamics --------------------------------------------------------------------------------
     def walk(self, moves):

@@ -183,14 +183,24 @@ def update(policy, samples, args, device, rng):
                 if policy.ref is not None and args.kl_coef > 0:
                     s.extra["ref_logp"] = response_logprobs(policy.ref, [s], args.temperature, device)[0]
     model.train()
-    order = list(range(len(samples)))
-    rng.shuffle(order)
-    n_mini = max(1, min(args.mini_batches, len(samples)))
-    minis = [[samples[i] for i in order[k::n_mini]] for k in range(n_mini)]
+    # mini-batches of whole groups (a group's samples share a prompt: computed once), shuffled; every
+    # rank runs the same number of optimiser steps, so data-parallel all-reduces always pair up
+    groups = {}
+    for s in samples:
+        groups.setdefault(tuple(s.prompt_ids), []).append(s)
+    groups = list(groups.values())
+    rng.shuffle(groups)
+    n_mini = max(1, args.mini_batches)
+    minis = [[s for g in groups[k::n_mini] for s in g] for k in range(n_mini)]
     for mini in minis:
         denom = all_reduce_(torch.tensor(float(sum(len(s.response_ids) for s in mini)))).item()
+        if denom == 0:  # no tokens for this policy on any rank: nothing to learn, no step
+            continue
         live = [s for s in mini if s.advantage != 0.0 or args.kl_coef > 0]
         policy.opt.zero_grad(set_to_none=False)
+        for p in model.parameters():  # grads must exist on every rank for the all-reduce below
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         loss_sum, clip_sum = 0.0, 0.0
         for mb in pack(live, args.micro_tokens):
             lps = logprobs(model, mb, args.temperature, device)

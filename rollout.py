@@ -58,6 +58,7 @@ class VLLMEngine:
                  gpu_memory_utilization=0.5, distributed=False):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights pass as tensors
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the step lines readable
         from vllm import LLM
         kw = dict(model=model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                   logprobs_mode="processed_logprobs",  # log-probs after temperature: what the PPO ratio needs

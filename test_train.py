@@ -97,3 +97,15 @@ def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_one_process(tiny_dir, tmp_path):
+    out = str(tmp_path / "tr")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+           os.path.join(HERE, "train.py"), *BASE, "--model", tiny_dir, "--policies", "per-role", "--steps", "2",
+           "--out_dir", out]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    assert [m["step"] for m in metrics(out)] == [1, 2]

@@ -90,11 +90,11 @@ def transcripts(n, size, seed, p_correct=0.5, p_copy=0.5, max_turns=2):
             yield single.prompt("planner"), noisy(single.reference("planner"), rng, p_correct)
 
 
-def sft(model, tok, steps, size, seed=0, batch=64, lr=1e-3, log=print):
+def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, log=print):
     """Supervised warm-up; loss only on answer and EOS tokens."""
     from rollout import encode_prompt
     data = []
-    for msgs, ans in transcripts(steps * batch // 2 + 1000, size, seed):
+    for msgs, ans in transcripts(steps * batch // 2 + 1000, size, seed, max_turns=max_turns):
         p = encode_prompt(tok, msgs)
         a = tok.encode(ans, add_special_tokens=False) + [tok.eos_token_id]
         data.append((p, a))
@@ -121,19 +121,19 @@ def sft(model, tok, steps, size, seed=0, batch=64, lr=1e-3, log=print):
     model.eval()
 
 
-def build(out, sft_steps=150, size=5, seed=0, log=print):
+def build(out, sft_steps=150, size=5, seed=0, max_turns=2, log=print):
     """Write tokenizer + model (+ warm-up) to `out` atomically; returns `out`."""
     t0 = time.time()
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     tok = build_tokenizer()
     model = build_model(tok, seed)
     if sft_steps > 0:
-        sft(model, tok, sft_steps, size, seed, log=log)
+        sft(model, tok, sft_steps, size, seed, max_turns=max_turns, log=log)
     tmp = f"{out}.tmp{os.getpid()}"
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     with open(os.path.join(tmp, "tiny.json"), "w") as f:
-        json.dump(dict(sft_steps=sft_steps, size=size, seed=seed, build_s=round(time.time() - t0, 1)), f)
+        json.dump(dict(sft_steps=sft_steps, size=size, seed=seed, max_turns=max_turns, build_s=round(time.time() - t0, 1)), f)
     if os.path.exists(out):
         raise FileExistsError(f"{out} exists; refusing to overwrite it")
     os.rename(tmp, out)
@@ -147,6 +147,7 @@ if __name__ == "__main__":
     ap.add_argument("--out", required=True, help="directory to write (must not exist)")
     ap.add_argument("--sft_steps", type=int, default=150, help="supervised warm-up steps (0: untrained)")
     ap.add_argument("--size", type=int, default=5, help="plan_path grid size of the warm-up transcripts")
+    ap.add_argument("--max_turns", type=int, default=2, help="turns per episode in the warm-up transcripts")
     ap.add_argument("--seed", type=int, default=0, help="seed of weights, data and warm-up order")
     a = ap.parse_args()
-    build(a.out, a.sft_steps, a.size, a.seed)
+    build(a.out, a.sft_steps, a.size, a.seed, a.max_turns)

@@ -20,11 +20,11 @@ import sys
 import time
 
 PRESETS = {
-    # the CPU demo: a tiny warm-started model, a 5x5 plan_path grid, two roles with their own policies
+    # the CPU demo: a tiny warm-started model, a 4x4 plan_path grid, two roles with their own policies
     "cpu-demo": dict(task="plan_path", policies="per-role", model="tiny", engine="vllm", device="cpu",
-                     size=5, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=80, K=16, problems=8,
-                     lr=1e-4, weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=24, eval_n=200, eval_every=10,
-                     out_dir="runs/cpu-demo", save_every=20, seed=0, tiny_sft_steps=150),
+                     size=4, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=200, K=16, problems=16, mini_batches=4,
+                     lr=1e-4, weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=24, eval_n=200, eval_every=25,
+                     out_dir="runs/cpu-demo", save_every=50, seed=0, tiny_sft_steps=150),
     # the paper's settings (Qwen3 models, GPUs); also the plain defaults below
     "paper": dict(),
 }
@@ -36,7 +36,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def die(msg):
-    print(f"train.py: error: {msg}", file=sys.stderr)
+    print(f"{os.path.basename(sys.argv[0]) or 'train.py'}: error: {msg}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -218,7 +218,8 @@ def main(argv=None):
         if not os.path.isdir(model_dir):
             if master:
                 import tiny
-                tiny.build(model_dir, sft_steps=a.tiny_sft_steps, size=a.size, seed=a.seed, log=log)
+                tiny.build(model_dir, sft_steps=a.tiny_sft_steps, size=a.size, seed=a.seed,
+                           max_turns=a.max_turns, log=log)
             if launched:
                 torch.distributed.barrier()
     torch.manual_seed(a.seed + rank)
@@ -367,7 +368,7 @@ def main(argv=None):
             json.dump(summary, f, indent=1)
         os.replace(summary_path + ".tmp", summary_path)
         log(f"summary: {json.dumps(summary)}")
-    if launched:
+    if launched and a.engine != "vllm":  # vLLM's exit hook tears the process groups down itself
         torch.distributed.destroy_process_group()
     return summary
 

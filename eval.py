@@ -1,0 +1,152 @@
+"""Evaluate a model (or one model per role) on a task's workflow, the same way training sees it:
+same envs, same engines, no tree sampling, no learning.
+
+    python eval.py --task plan_path --model runs/cpu-demo/ckpt-000150 --size 5 --tool_mode direct --max_turns 2 --n 200
+    python eval.py --task plan_path --model tiny-model --role_model planner=runs/x/ckpt-000150/planner ...
+    python eval.py --plot runs/cpu-demo            # reward and success curves -> runs/cpu-demo/curves.png
+    python -m pytest -q test_eval.py
+
+--model may be a plain model directory, or a checkpoint directory written by train.py holding one
+sub-directory per policy (tool/, planner/ or shared/): each role then finds its own model.
+Reports team success (pass@1 for one sample; avg@S and pass@S for S samples per problem), per-role mean
+reward, mean turns, tokens generated and wall time; --json writes them with every setting used.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import train
+
+
+def resolve_models(model, role_models, roles):
+    """{role: model dir}. A train.py checkpoint dir routes each role to its policy's sub-directory."""
+    out = {}
+    for r in roles:
+        if os.path.isdir(os.path.join(model, r)):
+            out[r] = os.path.join(model, r)
+        elif os.path.isdir(os.path.join(model, "shared")):
+            out[r] = os.path.join(model, "shared")
+        else:
+            out[r] = model
+    for spec in role_models:
+        role, _, path = spec.partition("=")
+        if role not in roles or not path:
+            train.die(f"--role_model {spec!r}: expected ROLE=PATH with ROLE in {roles}")
+        out[role] = path
+    for r, p in out.items():
+        if not os.path.isfile(os.path.join(p, "config.json")):
+            train.die(f"model for role {r!r} not found: {p} has no config.json")
+    return out
+
+
+def run_eval(a, log=print):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import rollout as R
+    t0 = time.time()
+    torch.manual_seed(a.seed)
+    roles = train.make_env(a, a.split, 0).roles
+    dirs = resolve_models(a.model, a.role_model, roles)
+    names = sorted(set(dirs.values()))
+    models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, a.dtype)).eval() for d in names}
+    tok = AutoTokenizer.from_pretrained(dirs[roles[0]])
+    limit = getattr(models[names[0]].config, "max_position_embeddings", 4096)
+    engine = R.make_engine(a.engine, names[0], device=a.device, dtype=a.dtype, seed=a.seed,
+                           max_model_len=min(limit, a.max_prompt_tokens + a.max_tokens))
+    sampler = R.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
+    envs_ = [train.make_env(a, a.split, i) for i in range(a.n) for _ in range(a.samples)]
+    samples, envs_ = R.linear_rollout(envs_, sampler, a.temperature, a.max_tokens,
+                                      max_prompt_tokens=min(a.max_prompt_tokens, limit - a.max_tokens))
+    ok = [float(e.success) for e in envs_]
+    per_problem = [ok[i * a.samples:(i + 1) * a.samples] for i in range(a.n)]
+    res = {"success": sum(ok) / max(1, len(ok)),  # pass@1 for S=1, avg@S otherwise
+           f"pass@{a.samples}": sum(max(p) for p in per_problem) / max(1, a.n),
+           "turns": sum(e.turn for e in envs_) / max(1, len(envs_)),
+           "tokens": sum(len(s.response_ids) for s in samples), "wall_s": round(time.time() - t0, 1),
+           "models": dirs}
+    for r in roles:
+        rs = [s.reward for s in samples if s.role == r]
+        res[f"reward/{r}"] = sum(rs) / max(1, len(rs))
+    res["examples"] = {r: [s.text for s in samples if s.role == r][:3] for r in roles}
+    res["settings"] = {k: v for k, v in vars(a).items() if k not in ("plot",)}
+    return res
+
+
+def plot(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        train.die(f"no metrics.jsonl in {run_dir}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        train.die("--plot needs matplotlib (an optional dependency): pip install matplotlib")
+    ms = [json.loads(line) for line in open(path)]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for k in sorted({k for m in ms for k in m if k.startswith("reward/")}):
+        ax1.plot([m["step"] for m in ms], [m[k] for m in ms], label=k)
+    ax1.set_xlabel("step"), ax1.set_title("mean reward per role"), ax1.legend()
+    ax2.plot([m["step"] for m in ms], [m["success"] for m in ms], label="train (tree-continued episodes)")
+    ev = [m for m in ms if "eval/success" in m]
+    ax2.plot([m["step"] for m in ev], [m["eval/success"] for m in ev], "o-", label="held-out")
+    ax2.set_xlabel("step"), ax2.set_title("team success"), ax2.legend()
+    out = os.path.join(run_dir, "curves.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    print(f"wrote {out}")
+
+
+def main(argv=None):
+    ap = train.Parser(description="Evaluate a task's workflow. See the docstring of eval.py.")
+    A = ap.add_argument
+    A("--plot", default=None, help="run directory: draw its metrics.jsonl curves to curves.png and exit")
+    A("--task", default="plan_path", help="task name")
+    A("--model", default=None, help="model dir, or a train.py checkpoint dir with one sub-dir per policy")
+    A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model (repeatable)")
+    A("--workflow", default="mas", help="mas or single")
+    A("--split", default="test", help="train, val or test")
+    A("--n", type=int, default=200, help="problems")
+    A("--samples", type=int, default=1, help="episodes per problem (avg@S and pass@S)")
+    A("--temperature", type=float, default=0.0, help="0 = greedy (the paper's setting for games and planning)")
+    A("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
+    A("--max_prompt_tokens", type=int, default=4096, help="longer prompts end their episode as a failure")
+    A("--engine", default="vllm", help="vllm or hf")
+    A("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    A("--dtype", default=None, help="float32 or bfloat16")
+    A("--seed", type=int, default=0, help="engine and torch seed")
+    A("--size", type=int, default=10, help="plan_path grid size")
+    A("--wall_prob", type=float, default=0.22, help="plan_path wall probability")
+    A("--max_turns", type=int, default=4, help="turns per episode")
+    A("--alpha", type=float, default=1.0, help="reward of a role = alpha * team + local")
+    A("--tool_mode", default="code", help="code or direct")
+    A("--json", default=None, help="write the results (with every setting) to this file")
+    a = ap.parse_args(argv)
+    if a.plot:
+        return plot(a.plot)
+    if a.model is None:
+        train.die("--model is required")
+    if a.n <= 0 or a.samples <= 0:
+        train.die("--n and --samples must be positive")
+    import torch
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    a.dtype = a.dtype or ("float32" if a.device == "cpu" else "bfloat16")
+    try:
+        train.make_env(a, a.split, 0)
+    except ValueError as e:
+        train.die(str(e))
+    res = run_eval(a)
+    print(f"{a.task} ({a.workflow}, {a.split}, n={a.n}, samples={a.samples}, T={a.temperature})")
+    for k in ["success", f"pass@{a.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
+        v = res[k]
+        print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

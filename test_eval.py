@@ -1,0 +1,71 @@
+"""python -m pytest -q test_eval.py"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = ["--task", "plan_path", "--size", "5", "--tool_mode", "direct", "--max_turns", "2", "--max_tokens", "8",
+        "--device", "cpu", "--n", "6"]
+
+
+def run(args):
+    p = subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), *args], capture_output=True, text=True,
+                       cwd=HERE, timeout=600)
+    return p
+
+
+@pytest.fixture(scope="module")
+def ckpt(tiny_dir, tmp_path_factory):
+    """A per-role checkpoint dir as train.py writes it: the planner is a perturbed copy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    d = tmp_path_factory.mktemp("ck")
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    for role, noise in (("tool", 0.0), ("planner", 0.5)):
+        m = AutoModelForCausalLM.from_pretrained(tiny_dir)
+        g = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * noise)
+        m.save_pretrained(d / role)
+        tok.save_pretrained(d / role)
+    return str(d)
+
+
+@pytest.mark.slow
+def test_same_numbers_twice_and_json_fields(ckpt, tmp_path):
+    outs = []
+    for i in range(2):
+        j = str(tmp_path / f"r{i}.json")
+        p = run(ARGS + ["--model", ckpt, "--samples", "2", "--temperature", "1.0", "--seed", "3", "--json", j])
+        assert p.returncode == 0, p.stderr[-2000:]
+        outs.append(json.load(open(j)))
+    for k in ("success", "pass@2", "turns", "tokens", "wall_s", "reward/tool", "reward/planner", "settings", "models"):
+        assert k in outs[0]
+    for k in ("success", "pass@2", "turns", "tokens", "reward/tool", "reward/planner"):
+        assert outs[0][k] == outs[1][k], k
+    assert outs[0]["models"]["planner"].endswith("planner") and outs[0]["models"]["tool"].endswith("tool")
+    assert outs[0]["settings"]["seed"] == 3
+
+
+@pytest.mark.slow
+def test_role_model_swap_changes_routing(ckpt, tmp_path):
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert run(ARGS + ["--model", ckpt, "--json", a]).returncode == 0
+    swapped = ["--role_model", f"tool={ckpt}/planner", "--role_model", f"planner={ckpt}/tool"]
+    assert run(ARGS + ["--model", ckpt, "--json", b] + swapped).returncode == 0
+    ra, rb = json.load(open(a)), json.load(open(b))
+    assert rb["models"]["tool"].endswith("planner") and rb["models"]["planner"].endswith("tool")
+    # different models serve the roles now, so what they say changes
+    assert ra["examples"]["tool"] != rb["examples"]["tool"]
+    assert ra["examples"]["planner"] != rb["examples"]["planner"]
+
+
+def test_bad_input(tmp_path):
+    p = run(ARGS + ["--model", str(tmp_path)])
+    assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr
+    p = run(["--plot", str(tmp_path)])
+    assert p.returncode == 2 and "metrics.jsonl" in p.stderr
