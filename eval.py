@@ -69,7 +69,8 @@ def run_eval(a, log=print):
     for r in roles:
         rs = [s.reward for s in samples if s.role == r]
         res[f"reward/{r}"] = sum(rs) / max(1, len(rs))
-    res["examples"] = {r: [s.text for s in samples if s.role == r][:3] for r in roles}
+    # raw responses (cut ones too: the env sees those as empty answers), to read what each role says
+    res["examples"] = {r: [tok.decode(s.response_ids) for s in samples if s.role == r][:3] for r in roles}
     res["settings"] = {k: v for k, v in vars(a).items() if k not in ("plot",)}
     return res
 
