@@ -11,7 +11,6 @@ sub-directory per policy (tool/, planner/ or shared/): each role then finds its 
 Reports team success (pass@1 for one sample; avg@S and pass@S for S samples per problem), per-role mean
 reward, mean turns, tokens generated and wall time; --json writes them with every setting used.
 """
-import argparse
 import json
 import os
 import sys
@@ -41,7 +40,7 @@ def resolve_models(model, role_models, roles):
     return out
 
 
-def run_eval(a, log=print):
+def run_eval(a):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     import rollout as R
@@ -56,22 +55,10 @@ def run_eval(a, log=print):
     engine = R.make_engine(a.engine, names[0], device=a.device, dtype=a.dtype, seed=a.seed,
                            max_model_len=min(limit, a.max_prompt_tokens + a.max_tokens))
     sampler = R.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
-    envs_ = [train.make_env(a, a.split, i) for i in range(a.n) for _ in range(a.samples)]
-    samples, envs_ = R.linear_rollout(envs_, sampler, a.temperature, a.max_tokens,
-                                      max_prompt_tokens=min(a.max_prompt_tokens, limit - a.max_tokens))
-    ok = [float(e.success) for e in envs_]
-    per_problem = [ok[i * a.samples:(i + 1) * a.samples] for i in range(a.n)]
-    res = {"success": sum(ok) / max(1, len(ok)),  # pass@1 for S=1, avg@S otherwise
-           f"pass@{a.samples}": sum(max(p) for p in per_problem) / max(1, a.n),
-           "turns": sum(e.turn for e in envs_) / max(1, len(envs_)),
-           "tokens": sum(len(s.response_ids) for s in samples), "wall_s": round(time.time() - t0, 1),
-           "models": dirs}
-    for r in roles:
-        rs = [s.reward for s in samples if s.role == r]
-        res[f"reward/{r}"] = sum(rs) / max(1, len(rs))
-    # raw responses (cut ones too: the env sees those as empty answers), to read what each role says
-    res["examples"] = {r: [tok.decode(s.response_ids) for s in samples if s.role == r][:3] for r in roles}
-    res["settings"] = {k: v for k, v in vars(a).items() if k not in ("plot",)}
+    res = R.evaluate(lambda i: train.make_env(a, a.split, i), a.n, sampler, a.temperature, a.max_tokens,
+                     a.samples, min(a.max_prompt_tokens, limit - a.max_tokens))
+    res.update(wall_s=round(time.time() - t0, 1), models=dirs,
+               settings={k: v for k, v in vars(a).items() if k != "plot"})
     return res
 
 
@@ -104,25 +91,13 @@ def main(argv=None):
     ap = train.Parser(description="Evaluate a task's workflow. See the docstring of eval.py.")
     A = ap.add_argument
     A("--plot", default=None, help="run directory: draw its metrics.jsonl curves to curves.png and exit")
-    A("--task", default="plan_path", help="task name")
+    train.add_common_args(A)
     A("--model", default=None, help="model dir, or a train.py checkpoint dir with one sub-dir per policy")
     A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model (repeatable)")
-    A("--workflow", default="mas", help="mas or single")
     A("--split", default="test", help="train, val or test")
     A("--n", type=int, default=200, help="problems")
     A("--samples", type=int, default=1, help="episodes per problem (avg@S and pass@S)")
     A("--temperature", type=float, default=0.0, help="0 = greedy (the paper's setting for games and planning)")
-    A("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
-    A("--max_prompt_tokens", type=int, default=4096, help="longer prompts end their episode as a failure")
-    A("--engine", default="vllm", help="vllm or hf")
-    A("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    A("--dtype", default=None, help="float32 or bfloat16")
-    A("--seed", type=int, default=0, help="engine and torch seed")
-    A("--size", type=int, default=10, help="plan_path grid size")
-    A("--wall_prob", type=float, default=0.22, help="plan_path wall probability")
-    A("--max_turns", type=int, default=4, help="turns per episode")
-    A("--alpha", type=float, default=1.0, help="reward of a role = alpha * team + local")
-    A("--tool_mode", default="code", help="code or direct")
     A("--json", default=None, help="write the results (with every setting) to this file")
     a = ap.parse_args(argv)
     if a.plot:
@@ -131,13 +106,9 @@ def main(argv=None):
         train.die("--model is required")
     if a.n <= 0 or a.samples <= 0:
         train.die("--n and --samples must be positive")
-    import torch
-    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    a.dtype = a.dtype or ("float32" if a.device == "cpu" else "bfloat16")
-    try:
-        train.make_env(a, a.split, 0)
-    except ValueError as e:
-        train.die(str(e))
+    if a.split not in ("train", "val", "test"):
+        train.die(f"unknown --split {a.split!r}; choose from train, val, test")
+    train.check_common(a)
     res = run_eval(a)
     print(f"{a.task} ({a.workflow}, {a.split}, n={a.n}, samples={a.samples}, T={a.temperature})")
     for k in ["success", f"pass@{a.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:

