@@ -4,15 +4,19 @@ The contract every task keeps (train.py, rollout.py and eval.py rely on it):
     env.roles            tuple of role names, acting order within a turn
     env.prompt(role)     chat messages for that role, rendered from the CURRENT state
     env.step(role, text) apply that role's output, return that role's reward (any text is legal input)
-    env.done, env.success, env.turn
+    env.done, env.success (the task's ONE team metric), env.turn
     env.clone()          fully independent copy (tree sampling steps, scores and keeps clones)
     env.reference(role)  a correct output text for that role in the current state, or None
 
-Reward of a role: alpha * team + local. `team` is 1 when that role's action (applied, or for the tool
-agent simulated on a copy) reaches the goal; `local` is the role's progress-shaped score.
+Reward of a role: alpha * team + local. Games (plan_path, sudoku, sokoban): a tool agent proposes an
+action (directly, or by a program run in the sandbox), the planner sees it and gives the final action;
+`team` is 1 when the role's action (applied, or for the tool simulated) solves the puzzle, `local` is
+progress (-1 for unparseable output). math: tool agent (program printing the answer) and reasoner
+(\\boxed{}); code: coder and unit-tester. `workflow="single"` keeps one role (planner, reasoner, coder).
 
-Seeds: every instance owns its RNG seeded from (split, index); splits use disjoint seed ranges, so a
-test instance is never a training instance. The global RNG is never touched.
+Seeds: every procedural instance owns its RNG seeded from (split, index); splits use disjoint seed ranges,
+so a test instance is never a training instance. The global RNG is never touched. math and code read
+real datasets through data.py (index wraps around the dataset).
 
     python -m pytest -q test_envs.py
 """
@@ -20,10 +24,14 @@ import copy
 import random
 import re
 from collections import deque
+from functools import lru_cache
 
-TASKS = ("plan_path",)
+TASKS = ("plan_path", "sudoku", "sokoban", "math", "code")
 SPLIT_SEED = {"train": 0, "val": 10_000_000, "test": 20_000_000}  # disjoint ranges of instance seeds
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+# task-specific options make() accepts, besides max_turns, alpha, workflow (and tool_mode for games)
+TASK_OPTS = {"plan_path": ("size", "wall_prob", "tool_mode"), "sudoku": ("size", "tool_mode"),
+             "sokoban": ("size", "boxes", "tool_mode"), "math": ("data",), "code": ("data",)}
 
 
 def make(task, split="train", index=0, **opts):
@@ -33,7 +41,18 @@ def make(task, split="train", index=0, **opts):
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLIT_SEED)}")
     if not 0 <= index < 10_000_000:
         raise ValueError(f"index {index} out of range [0, 10_000_000)")
-    return PlanPath(seed=SPLIT_SEED[split] + index, **opts)
+    cls = {"plan_path": PlanPath, "sudoku": Sudoku, "sokoban": Sokoban, "math": Math, "code": Code}[task]
+    if task in ("math", "code"):
+        return cls(split, index, **opts)
+    return cls(seed=SPLIT_SEED[split] + index, **opts)
+
+
+def count(task, split="train", data=None):
+    """Distinct problems of a dataset task's split (None for procedural tasks: unlimited)."""
+    if task not in ("math", "code"):
+        return None
+    import data as D
+    return len((D.load_math if task == "math" else D.load_code)(split, data))
 
 
 def parse_moves(text):
@@ -49,6 +68,86 @@ def parse_moves(text):
     return last if re.fullmatch(r"[UDLR]{1,200}", last) else None
 
 
+def extract_code(text):
+    """The last fenced code block, or the whole text if it has no fence; None for empty text."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    blocks = re.findall(r"```(?:python|py)?\s*\n(.*?)```", text, flags=re.S)
+    return blocks[-1] if blocks else text
+
+
+def _check_common(max_turns, workflow, tool_mode="code"):
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    if workflow not in ("mas", "single"):
+        raise ValueError(f"workflow must be 'mas' or 'single', got {workflow!r}")
+    if tool_mode not in ("code", "direct"):
+        raise ValueError(f"tool_mode must be 'code' or 'direct', got {tool_mode!r}")
+
+
+class Game:
+    """The flow the three game tasks share. A subclass sets TITLE, ASK (tool code / tool direct /
+    planner instructions) and defines: parse(text) -> action or None, score(action) -> (team, local)
+    without changing the state, apply(action), solved(), state_text(), history_text(), show(action),
+    solution() -> the action that solves the current state."""
+
+    def _init_flow(self, max_turns, alpha, tool_mode, workflow):
+        _check_common(max_turns, workflow, tool_mode)
+        self.max_turns, self.alpha, self.tool_mode = max_turns, alpha, tool_mode
+        self.roles = ("tool", "planner") if workflow == "mas" else ("planner",)
+        self.turn, self.done, self.success = 0, False, False
+        self.proposal = None  # the tool agent's action this turn (shown to the planner)
+
+    def prompt(self, role):
+        # Terse: every prompt token costs in training. The state comes last, right before the answer.
+        if role not in self.roles:
+            raise ValueError(f"{self.TITLE} has no role {role!r}")
+        ask = self.ASK["planner" if role == "planner" else self.tool_mode]
+        text = f"{self.TITLE}, turn {self.turn + 1}/{self.max_turns}. {ask}\n" + self.history_text()
+        if role == "planner" and "tool" in self.roles:
+            shown = self.show(self.proposal) if self.proposal is not None else "(nothing valid)"
+            text += f"Tool proposed: {shown}\n"
+        return [{"role": "user", "content": text + self.state_text()}]
+
+    def step(self, role, text):
+        if self.done:
+            raise RuntimeError("step() on a finished episode")
+        if role not in self.roles:
+            raise ValueError(f"{self.TITLE} has no role {role!r}")
+        if role == "tool":
+            act = self.run_tool(text)
+            self.proposal = act
+            team, local = self.score(act)
+        else:
+            act = self.parse(text)
+            team, local = self.score(act)
+            if act is not None:
+                self.apply(act)
+            self.success = self.solved()
+            self.turn += 1
+            self.proposal = None
+            self.done = self.success or self.turn >= self.max_turns
+        return self.alpha * team + local
+
+    def run_tool(self, text):
+        if self.tool_mode == "direct":
+            return self.parse(text)
+        import sandbox  # model-written code runs only inside the sandbox
+        code = extract_code(text)
+        if code is None:
+            return None
+        res = sandbox.run(code, timeout=5.0)
+        return None if res.timed_out or res.returncode != 0 else self.parse(res.stdout)
+
+    def reference(self, role):
+        text = self.show(self.solution())
+        return f"```python\nprint({text!r})\n```" if role == "tool" and self.tool_mode == "code" else text
+
+    def clone(self):
+        return copy.deepcopy(self)
+
+
+# ---- plan_path -------------------------------------------------------------------------------------
 def bfs(walls, goal, size):
     """Distance to goal from every reachable cell (BFS from the goal; moves are reversible)."""
     dist = {goal: 0}
@@ -63,22 +162,20 @@ def bfs(walls, goal, size):
     return dist
 
 
-class PlanPath:
-    """Grid, walls, start, goal. Roles: a tool agent proposes a move string (or, in tool_mode="code",
-    writes a Python program that prints one, run in the sandbox); the planner sees the proposal and
-    gives the final moves, which move the agent. Done at the goal or after max_turns."""
+class PlanPath(Game):
+    """Grid, walls, start, goal; the planner's moves move the agent. Done at the goal or after max_turns."""
+    TITLE = "Plan-path"
+    ASK = {"code": "Write a Python program that prints the moves from A to G as one line of U/D/L/R "
+                   "(U up, D down, L left, R right). Reply with the program only.",
+           "direct": "Propose moves from A to G (U up, D down, L left, R right). Reply with the moves only.",
+           "planner": "Give the final moves from A to G (U up, D down, L left, R right). Reply with the moves only."}
 
     def __init__(self, seed, size=10, wall_prob=0.22, min_dist=2, max_turns=4, alpha=1.0,
                  tool_mode="code", workflow="mas", max_moves=None):
         if size < 3:
             raise ValueError(f"plan_path size must be >= 3, got {size}")
-        if tool_mode not in ("code", "direct"):
-            raise ValueError(f"tool_mode must be 'code' or 'direct', got {tool_mode!r}")
-        if workflow not in ("mas", "single"):
-            raise ValueError(f"workflow must be 'mas' or 'single', got {workflow!r}")
-        self.size, self.max_turns, self.alpha, self.tool_mode = size, max_turns, alpha, tool_mode
-        self.roles = ("tool", "planner") if workflow == "mas" else ("planner",)
-        self.max_moves = max_moves or 4 * size * size
+        self._init_flow(max_turns, alpha, tool_mode, workflow)
+        self.size, self.max_moves = size, max_moves or 4 * size * size
         rng = random.Random(f"plan_path/{seed}/{size}/{wall_prob}")
         for _ in range(10_000):
             cells = [(r, c) for r in range(size) for c in range(size)]
@@ -93,42 +190,21 @@ class PlanPath:
         else:
             raise RuntimeError(f"plan_path: no solvable grid for seed {seed} (size {size})")
         self.walls, self.goal, self.pos, self.dist = frozenset(walls), goal, start, dist
-        self.turn, self.done, self.success = 0, False, False
-        self.history = []      # planner moves applied so far, one string per turn
-        self.proposal = None   # the tool agent's proposal this turn (text shown to the planner)
+        self.history = []  # planner moves applied so far, one string per turn
 
-    # ---- rendering -------------------------------------------------------------------------------
     def grid_text(self):
-        rows = []
-        for r in range(self.size):
-            row = ""
-            for c in range(self.size):
-                p = (r, c)
-                row += "A" if p == self.pos else "G" if p == self.goal else "#" if p in self.walls else "."
-            rows.append(row)
-        return "\n".join(rows)
+        cell = lambda p: "A" if p == self.pos else "G" if p == self.goal else "#" if p in self.walls else "."
+        return "\n".join("".join(cell((r, c)) for c in range(self.size)) for r in range(self.size))
 
-    def prompt(self, role):
-        # The grid comes last, right before the answer: its cells then sit at fixed distances from the
-        # answer, which a small model learns far faster. Terse: every prompt token costs in training.
-        if role == "tool" and self.tool_mode == "code":
-            ask = ("Write a Python program that prints the moves from A to G as one line of U/D/L/R "
-                   "(U up, D down, L left, R right). Reply with the program only.")
-        elif role == "tool":
-            ask = "Propose moves from A to G (U up, D down, L left, R right). Reply with the moves only."
-        elif role == "planner":
-            ask = "Give the final moves from A to G (U up, D down, L left, R right). Reply with the moves only."
-        else:
-            raise ValueError(f"plan_path has no role {role!r}")
-        text = f"Plan-path, turn {self.turn + 1}/{self.max_turns}. {ask}\n"
-        if self.history:
-            text += f"Moves so far: {''.join(self.history)}\n"
-        if role == "planner" and "tool" in self.roles:
-            text += f"Tool proposed: {self.proposal or '(nothing valid)'}\n"
-        text += f"Grid (A you, G goal, # wall):\n{self.grid_text()}"
-        return [{"role": "user", "content": text}]
+    def state_text(self):
+        return f"Grid (A you, G goal, # wall):\n{self.grid_text()}"
 
-    # ---- dynamics --------------------------------------------------------------------------------
+    def history_text(self):
+        return f"Moves so far: {''.join(self.history)}\n" if self.history else ""
+
+    parse = staticmethod(parse_moves)
+    show = staticmethod(str)
+
     def walk(self, moves):
         """Follow moves from the current position. Returns (end, legal): the walk stops at the first
         move into a wall or off the grid (legal=False). Passing over the goal does not end it: the
@@ -143,8 +219,7 @@ class PlanPath:
         return pos, len(moves) <= self.max_moves
 
     def score(self, moves):
-        """(team, local) for moves from the current position, without changing the state.
-        local = progress in BFS distance, (d_before - d_after) / d_before, + 1 if solved."""
+        """local = progress in BFS distance, (d_before - d_after) / d_before, + 1 if solved."""
         if moves is None:
             return 0.0, -1.0  # unparseable output: a defined format penalty
         end, legal = self.walk(moves)
@@ -152,38 +227,14 @@ class PlanPath:
         solved = float(end == self.goal and legal)
         return solved, (d0 - d1) / d0 + solved
 
-    def step(self, role, text):
-        if self.done:
-            raise RuntimeError("step() on a finished episode")
-        if role not in self.roles:
-            raise ValueError(f"plan_path has no role {role!r}")
-        if role == "tool":
-            moves = self.run_tool(text)
-            self.proposal = moves
-            team, local = self.score(moves)
-        else:
-            moves = parse_moves(text)
-            team, local = self.score(moves)
-            if moves is not None:
-                self.pos, _ = self.walk(moves)
-                self.history.append(moves[: self.max_moves])
-            self.success = self.pos == self.goal
-            self.turn += 1
-            self.proposal = None
-            self.done = self.success or self.turn >= self.max_turns
-        return self.alpha * team + local
+    def apply(self, moves):
+        self.pos, _ = self.walk(moves)
+        self.history.append(moves[: self.max_moves])
 
-    def run_tool(self, text):
-        if self.tool_mode == "direct":
-            return parse_moves(text)
-        import sandbox  # model-written code runs only inside the sandbox
-        code = extract_code(text)
-        if code is None:
-            return None
-        res = sandbox.run(code, timeout=5.0)
-        return None if res.timed_out or res.returncode != 0 else parse_moves(res.stdout)
+    def solved(self):
+        return self.pos == self.goal
 
-    def reference(self, role):
+    def solution(self):
         path, pos = "", self.pos
         while pos != self.goal:
             for m, (dr, dc) in MOVES.items():
@@ -191,17 +242,474 @@ class PlanPath:
                 if self.dist.get(n, 1 << 30) == self.dist[pos] - 1:
                     path, pos = path + m, n
                     break
-        if role == "tool" and self.tool_mode == "code":
-            return f"```python\nprint({path!r})\n```"
         return path
 
-    def clone(self):
-        return copy.deepcopy(self)
+
+# ---- sudoku ----------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def sudoku_peers(n):
+    """For each cell of an n x n sudoku, the other cells of its row, column and box."""
+    b = int(n ** 0.5)
+    unit = lambda i, j: i // n == j // n or i % n == j % n or (i // n // b, i % n // b) == (j // n // b, j % n // b)
+    return [tuple(j for j in range(n * n) if j != i and unit(i, j)) for i in range(n * n)]
 
 
-def extract_code(text):
-    """The last fenced code block, or the whole text if it has no fence; None for empty text."""
-    if not isinstance(text, str) or not text.strip():
+def sudoku_solve(grid, n, limit=2):
+    """Up to `limit` solutions of a grid (list of n*n ints, 0 = empty), by backtracking on the cell
+    with the fewest candidates (bitmasks). Used to build puzzles with exactly one solution."""
+    peers, full, g, out = sudoku_peers(n), (1 << (n + 1)) - 2, list(grid), []
+
+    def rec():
+        best, best_mask, best_count = -1, 0, n + 1
+        for i in range(n * n):
+            if g[i] == 0:
+                used = 0
+                for j in peers[i]:
+                    used |= 1 << g[j]
+                mask = full & ~used
+                count = bin(mask).count("1")
+                if count == 0:
+                    return False
+                if count < best_count:
+                    best, best_mask, best_count = i, mask, count
+        if best < 0:
+            out.append(list(g))
+            return len(out) >= limit
+        for v in range(1, n + 1):
+            if best_mask >> v & 1:
+                g[best] = v
+                if rec():
+                    return True
+        g[best] = 0
+        return False
+
+    rec()
+    return out
+
+
+def parse_grid(text, n):
+    """An n x n grid from free text: the last n lines holding exactly n cells each (digits, '.' or '0'
+    for empty; spaces, commas, bars and brackets ignored), or one line with n*n cells. None if absent."""
+    if not isinstance(text, str):
         return None
-    blocks = re.findall(r"```(?:python|py)?\s*\n(.*?)```", text, flags=re.S)
-    return blocks[-1] if blocks else text
+    rows = [re.sub(r"[\s,|\[\]()`'\"+-]", "", ln) for ln in text.splitlines()]
+    rows = [r for r in rows if r]
+    ok = lambda r, k: len(r) == k and all(ch.isdigit() or ch == "." for ch in r)
+    if n > 9:
+        return None
+    for k, want in ((n, n), (1, n * n)):
+        if len(rows) >= k and all(ok(r, want) for r in rows[-k:]):
+            cells = "".join(rows[-k:])
+            grid = [0 if ch == "." else int(ch) for ch in cells]
+            return grid if all(0 <= v <= n for v in grid) else None
+    return None
+
+
+class Sudoku(Game):
+    """n x n Sudoku (4 default, 9 by size) with exactly one solution. An action is a whole grid; it is
+    accepted only if it keeps every given and has no repeated digit in a row, column or box; then it
+    replaces the current grid. Solved when full and valid (the unique solution, since givens are kept)."""
+    TITLE = "Sudoku"
+    ASK = {"code": "Write a Python program that prints the solved grid, one row per line. Reply with the program only.",
+           "direct": "Propose the solved grid, one row of digits per line. Reply with the grid only.",
+           "planner": "Give the final solved grid, one row of digits per line. Reply with the grid only."}
+
+    def __init__(self, seed, size=4, max_turns=4, alpha=1.0, tool_mode="code", workflow="mas"):
+        if size not in (4, 9):
+            raise ValueError(f"sudoku size must be 4 or 9, got {size}")
+        self._init_flow(max_turns, alpha, tool_mode, workflow)
+        n, rng = size, random.Random(f"sudoku/{seed}/{size}")
+        self.n = n
+        # a random full grid: shuffle digits, rows within bands, bands (keeps validity), from a base pattern
+        b = int(n ** 0.5)
+        digits = rng.sample(range(1, n + 1), n)
+        rows = [g * b + r for g in rng.sample(range(b), b) for r in rng.sample(range(b), b)]
+        cols = [g * b + c for g in rng.sample(range(b), b) for c in rng.sample(range(b), b)]
+        self.solution_grid = [digits[(b * (r % b) + r // b + c) % n] for r in rows for c in cols]
+        # remove cells while the solution stays unique, up to ~65% holes
+        grid = list(self.solution_grid)
+        for i in rng.sample(range(n * n), n * n):
+            if sum(v == 0 for v in grid) >= int(0.65 * n * n):
+                break
+            v, grid[i] = grid[i], 0
+            if len(sudoku_solve(grid, n)) != 1:
+                grid[i] = v
+        self.givens, self.grid = tuple(grid), list(grid)
+
+    def parse(self, text):
+        return parse_grid(text, self.n)
+
+    def valid(self, grid):
+        """Keeps every given and repeats no digit in a row, column or box (empty cells allowed)."""
+        n, b = self.n, int(self.n ** 0.5)
+        if any(g and v != g for v, g in zip(grid, self.givens)):
+            return False
+        units = [[r * n + c for c in range(n)] for r in range(n)] + [[r * n + c for r in range(n)] for c in range(n)]
+        units += [[(br + x) * n + bc + y for x in range(b) for y in range(b)]
+                  for br in range(0, n, b) for bc in range(0, n, b)]
+        for u in units:
+            vals = [grid[i] for i in u if grid[i]]
+            if len(vals) != len(set(vals)):
+                return False
+        return True
+
+    def correct(self, grid):
+        return sum(v == s for v, s, g in zip(grid, self.solution_grid, self.givens) if g == 0)
+
+    def score(self, grid):
+        """local = change in the fraction of empty cells holding the right digit, + 1 if solved;
+        -0.5 for a grid that breaks a given or repeats a digit, -1 for no grid at all."""
+        if grid is None:
+            return 0.0, -1.0
+        if not self.valid(grid):
+            return 0.0, -0.5
+        holes = max(1, self.givens.count(0))
+        solved = float(all(grid))  # full + valid + givens kept = the unique solution
+        return solved, (self.correct(grid) - self.correct(self.grid)) / holes + solved
+
+    def apply(self, grid):
+        if self.valid(grid):
+            self.grid = list(grid)
+
+    def solved(self):
+        return all(self.grid) and self.valid(self.grid)
+
+    def show(self, grid):
+        return "\n".join("".join(str(v) if v else "." for v in grid[r * self.n:(r + 1) * self.n])
+                         for r in range(self.n))
+
+    def state_text(self):
+        return f"Grid ({self.n}x{self.n}, . empty):\n{self.show(self.grid)}"
+
+    def history_text(self):
+        return ""  # the grid itself carries the history
+
+    def solution(self):
+        return self.solution_grid
+
+
+# ---- sokoban ---------------------------------------------------------------------------------------
+@lru_cache(maxsize=1 << 16)
+def sokoban_dist(walls, goals, player, boxes, max_states=200_000):
+    """Fewest moves to put every box on a goal (BFS over (player, boxes)), or None if unsolvable."""
+    start = (player, boxes)
+    seen, q = {start: 0}, deque([start])
+    while q and len(seen) < max_states:
+        p, bx = q.popleft()
+        if set(bx) == goals:
+            return seen[(p, bx)]
+        for dr, dc in MOVES.values():
+            n = (p[0] + dr, p[1] + dc)
+            if n in walls:
+                continue
+            nb = bx
+            if n in bx:
+                nn = (n[0] + dr, n[1] + dc)
+                if nn in walls or nn in bx:
+                    continue
+                nb = tuple(sorted(nn if x == n else x for x in bx))
+            s = (n, nb)
+            if s not in seen:
+                seen[s] = seen[(p, bx)] + 1
+                q.append(s)
+    return None
+
+
+class Sokoban(Game):
+    """size x size room (outer wall), `boxes` boxes and as many goals. Levels come from reverse play
+    (boxes start on goals, the player pulls them away) and are checked solvable by BFS; a failed attempt
+    retries with the next sub-seed. A move into a wall or an unpushable box stops the move list."""
+    TITLE = "Sokoban"
+    ASK = {"code": "Write a Python program that prints the moves that push every box (B) onto a goal (O) as one "
+                   "line of U/D/L/R. Reply with the program only.",
+           "direct": "Propose moves that push every box (B) onto a goal (O) (U up, D down, L left, R right). "
+                     "Reply with the moves only.",
+           "planner": "Give the final moves that push every box (B) onto a goal (O) (U up, D down, L left, "
+                      "R right). Reply with the moves only."}
+
+    def __init__(self, seed, size=6, boxes=1, max_turns=4, alpha=1.0, tool_mode="code", workflow="mas",
+                 min_moves=3, max_moves=200):
+        if not 5 <= size <= 12:
+            raise ValueError(f"sokoban size must be in [5, 12], got {size}")
+        if not 1 <= boxes <= (size - 2) ** 2 // 4:
+            raise ValueError(f"sokoban boxes must be in [1, {(size - 2) ** 2 // 4}] for size {size}, got {boxes}")
+        self._init_flow(max_turns, alpha, tool_mode, workflow)
+        self.size, self.max_moves = size, max_moves
+        for attempt in range(1000):
+            level = self._generate(random.Random(f"sokoban/{seed}/{size}/{boxes}/{attempt}"), size, boxes)
+            if level is not None and level[4] >= min_moves:
+                break
+        else:
+            raise RuntimeError(f"sokoban: no solvable level for seed {seed} (size {size}, boxes {boxes})")
+        self.walls, self.goals, self.player, self.boxes, _ = level
+        self.history = []
+
+    @staticmethod
+    def _generate(rng, size, nbox):
+        inner = [(r, c) for r in range(1, size - 1) for c in range(1, size - 1)]
+        walls = {(r, c) for r in range(size) for c in range(size) if (r, c) not in inner}
+        walls |= {p for p in inner if rng.random() < 0.1}
+        free = [p for p in inner if p not in walls]
+        if len(free) < nbox + 2:
+            return None
+        picks = rng.sample(free, nbox + 1)
+        goals, player, boxes = frozenset(picks[:nbox]), picks[nbox], set(picks[:nbox])
+        for _ in range(rng.randrange(10, 40)):  # reverse play: step back, maybe pulling a box along
+            dr, dc = rng.choice(list(MOVES.values()))
+            back = (player[0] - dr, player[1] - dc)
+            if back in walls or back in boxes:
+                continue
+            front = (player[0] + dr, player[1] + dc)
+            if front in boxes and rng.random() < 0.7:
+                boxes.remove(front)
+                boxes.add(player)
+            player = back
+        boxes = tuple(sorted(boxes))
+        if set(boxes) == goals:
+            return None
+        d = sokoban_dist(frozenset(walls), goals, player, boxes)
+        return None if d is None else (frozenset(walls), goals, player, boxes, d)
+
+    parse = staticmethod(parse_moves)
+    show = staticmethod(str)
+
+    def walk(self, moves):
+        """(player, boxes, legal) after the moves; stops at the first blocked move."""
+        p, bx = self.player, set(self.boxes)
+        for m in moves[: self.max_moves]:
+            dr, dc = MOVES[m]
+            n = (p[0] + dr, p[1] + dc)
+            if n in self.walls:
+                return p, tuple(sorted(bx)), False
+            if n in bx:
+                nn = (n[0] + dr, n[1] + dc)
+                if nn in self.walls or nn in bx:
+                    return p, tuple(sorted(bx)), False
+                bx.remove(n)
+                bx.add(nn)
+            p = n
+        return p, tuple(sorted(bx)), len(moves) <= self.max_moves
+
+    def dist(self, player, boxes):
+        return sokoban_dist(self.walls, self.goals, player, boxes)
+
+    def score(self, moves):
+        """local = progress in solver distance, (d_before - d_after) / d_before, -1 on a deadlock
+        (unsolvable state), + 1 if solved."""
+        if moves is None:
+            return 0.0, -1.0
+        p, bx, legal = self.walk(moves)
+        d0, d1 = self.dist(self.player, self.boxes), self.dist(p, bx)
+        if d1 is None:
+            return 0.0, -1.0
+        solved = float(d1 == 0 and legal)
+        return solved, (d0 - d1) / max(d0, 1) + solved
+
+    def apply(self, moves):
+        self.player, self.boxes, _ = self.walk(moves)
+        self.history.append(moves[: self.max_moves])
+
+    def solved(self):
+        return set(self.boxes) == self.goals
+
+    def state_text(self):
+        def cell(p):
+            if p in self.walls:
+                return "#"
+            if p in self.boxes:
+                return "*" if p in self.goals else "B"
+            if p == self.player:
+                return "+" if p in self.goals else "P"
+            return "O" if p in self.goals else "."
+        rows = ("".join(cell((r, c)) for c in range(self.size)) for r in range(self.size))
+        return "Room (P you, B box, O goal, * box on goal, # wall):\n" + "\n".join(rows)
+
+    def history_text(self):
+        return f"Moves so far: {''.join(self.history)}\n" if self.history else ""
+
+    def solution(self):
+        """Greedy descent on the solver distance: a shortest solution from the current state."""
+        path, p, bx = "", self.player, self.boxes
+        d = self.dist(p, bx)
+        if d is None:
+            return ""  # deadlocked: nothing solves it any more
+        while d > 0:
+            for m, (dr, dc) in MOVES.items():
+                e = copy.copy(self)
+                e.player, e.boxes = p, bx
+                q, nb, legal = e.walk(m)
+                if legal and (q, nb) != (p, bx) and self.dist(q, nb) == d - 1:
+                    path, p, bx, d = path + m, q, nb, d - 1
+                    break
+        return path
+
+
+# ---- math ------------------------------------------------------------------------------------------
+class Math:
+    """A tool agent writes Python that prints the answer (run in the sandbox); the reasoner answers in
+    \\boxed{}, seeing the tool's output. Later turns see both agents' previous answers. Done when the
+    two answers agree (or after max_turns); success = the reasoner's final answer is correct.
+    Rewards: team = this role's answer is correct; local = 0, or -1 when no answer can be extracted.
+    Single-agent workflow: the reasoner alone, one answer."""
+
+    def __init__(self, split, index, data=None, max_turns=4, alpha=1.0, workflow="mas"):
+        import data as D
+        _check_common(max_turns, workflow)
+        rows = D.load_math(split, data)
+        self.problem, self.answer = rows[index % len(rows)]["problem"], rows[index % len(rows)]["answer"]
+        self.max_turns, self.alpha = max_turns, alpha
+        self.roles = ("tool", "reasoner") if workflow == "mas" else ("reasoner",)
+        self.turn, self.done, self.success = 0, False, False
+        self.history = []       # (tool answer, reasoner answer) of finished turns
+        self.tool_answer = None  # this turn's tool output
+
+    def prompt(self, role):
+        if role == "tool":
+            ask = "Write a Python program that prints only the final answer. Reply with the program only."
+        elif role == "reasoner" and role in self.roles:
+            ask = "Solve the problem. Put the final answer in \\boxed{}."
+        else:
+            raise ValueError(f"math has no role {role!r}")
+        text = f"Math, turn {self.turn + 1}/{self.max_turns}. {ask}\nProblem: {self.problem}\n"
+        for t, (ta, ra) in enumerate(self.history, 1):
+            text += f"Turn {t}: tool printed {ta or '(nothing)'}; reasoner answered {ra or '(nothing)'}\n"
+        if role == "reasoner" and "tool" in self.roles:
+            text += f"Tool program printed: {self.tool_answer or '(nothing)'}\n"
+        return [{"role": "user", "content": text}]
+
+    def run_tool(self, text):
+        import sandbox  # model-written code runs only inside the sandbox
+        code = extract_code(text)
+        if code is None:
+            return None
+        res = sandbox.run(code, timeout=5.0)
+        lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
+        return lines[-1][:200] if lines and not res.timed_out and res.returncode == 0 else None
+
+    def correct(self, ans):
+        import data as D
+        return ans is not None and D.math_equal(ans, self.answer)
+
+    def step(self, role, text):
+        import data as D
+        if self.done:
+            raise RuntimeError("step() on a finished episode")
+        if role not in self.roles:
+            raise ValueError(f"math has no role {role!r}")
+        if role == "tool":
+            ans = self.tool_answer = self.run_tool(text)
+        else:
+            ans = D.extract_boxed(text) if isinstance(text, str) else None
+            self.success = self.correct(ans)
+            agree = ans is not None and self.tool_answer is not None and D.math_equal(ans, self.tool_answer)
+            self.history.append((self.tool_answer, ans))
+            self.turn += 1
+            self.tool_answer = None
+            self.done = agree or self.turn >= self.max_turns or self.roles == ("reasoner",)
+        return self.alpha * float(self.correct(ans)) + (-1.0 if ans is None else 0.0)
+
+    def reference(self, role):
+        return f"```python\nprint({self.answer!r})\n```" if role == "tool" else f"\\boxed{{{self.answer}}}"
+
+    def clone(self):
+        c = copy.copy(self)  # the problem text is shared; only the mutable state is copied
+        c.history = list(self.history)
+        return c
+
+
+# ---- code ------------------------------------------------------------------------------------------
+def parse_test(text, kind, entry_point=None):
+    """A unit test from the tester's text: for stdin problems {"input", "output"} from 'Input: ...
+    Output: ...'; for function problems the last `assert` line that calls the entry point. None if absent."""
+    if not isinstance(text, str):
+        return None
+    text = re.sub(r"```[a-zA-Z]*", "", text)
+    if kind == "function":
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("assert ")]
+        lines = [ln for ln in lines if not entry_point or entry_point in ln]
+        return lines[-1] if lines else None
+    m = re.search(r"input\s*:?\s*\n?(.*?)\n?\s*(?:expected\s+)?output\s*:?\s*\n?(.*)", text, flags=re.S | re.I)
+    if not m or not m.group(2).strip():
+        return None
+    return {"input": m.group(1).strip() + "\n", "output": m.group(2).strip() + "\n"}
+
+
+def show_test(test):
+    return test if isinstance(test, str) else f"Input:\n{test['input'].rstrip()}\nOutput:\n{test['output'].rstrip()}"
+
+
+class Code:
+    """A coder writes a program (stdin/stdout, or the function a problem names); a unit-tester writes
+    one test per turn. The coder sees its previous program and where it failed the generated tests.
+    Done when the coder's program passes every generated test (or after max_turns). Success = the
+    coder's final program passes ALL the problem's own tests. Rewards: coder team = success, local =
+    fraction of the problem's tests passed; tester local = 1 if the REFERENCE solution passes its test
+    (0 if it fails it, or if the problem has no reference; -1 for no test), team = the coder's success.
+    Single-agent workflow: the coder alone, one program."""
+
+    def __init__(self, split, index, data=None, max_turns=4, alpha=1.0, workflow="mas"):
+        import data as D
+        _check_common(max_turns, workflow)
+        rows = D.load_code(split, data)
+        self.task = rows[index % len(rows)]  # shared between clones, never mutated
+        self.max_turns, self.alpha = max_turns, alpha
+        self.roles = ("coder", "tester") if workflow == "mas" else ("coder",)
+        self.turn, self.done, self.success = 0, False, False
+        self.program, self.tests, self.failures = None, [], []  # generated tests, their failures
+
+    def prompt(self, role):
+        kind, ep = self.task["kind"], self.task.get("entry_point")
+        if role == "coder":
+            ask = (f"Write the Python function {ep} (complete, with imports)." if kind == "function" else
+                   "Write a Python program that reads standard input and prints the answer.")
+            ask += " Reply with the code only, in a ```python block."
+        elif role == "tester" and role in self.roles:
+            ask = (f"Write ONE new test: a single line `assert {ep}(...) == ...`." if kind == "function" else
+                   "Write ONE new test as 'Input:' followed by the input, then 'Output:' followed by the "
+                   "expected output.")
+        else:
+            raise ValueError(f"code has no role {role!r}")
+        text = f"Code, turn {self.turn + 1}/{self.max_turns}. {ask}\nProblem:\n{self.task['problem']}\n"
+        if self.program is not None:
+            text += f"Current program:\n```python\n{self.program[:2000]}\n```\n"
+        if role == "coder" and self.failures:
+            text += "It failed these tests:\n" + "\n".join(self.failures) + "\n"
+        if role == "tester" and self.tests:
+            text += "Tests so far:\n" + "\n".join(show_test(t) for t in self.tests[-3:]) + "\n"
+        return [{"role": "user", "content": text}]
+
+    def step(self, role, text):
+        import data as D
+        if self.done:
+            raise RuntimeError("step() on a finished episode")
+        if role not in self.roles:
+            raise ValueError(f"code has no role {role!r}")
+        if role == "coder":
+            self.program = extract_code(text) if isinstance(text, str) else None
+            rep = D.run_tests(self.program or "", self.task)
+            self.success = rep.total > 0 and rep.passed == rep.total
+            if self.roles == ("coder",):
+                self.turn, self.done = self.turn + 1, True
+            return self.alpha * float(self.success) + rep.passed / max(1, rep.total)
+        test = parse_test(text, self.task["kind"], self.task.get("entry_point"))
+        if test is None:
+            local = -1.0
+        else:
+            ref = self.task.get("reference")
+            local = float(bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1)
+            self.tests.append(test)
+        rep = D.run_tests(self.program or "", self.task, self.tests) if self.tests else None
+        self.failures = rep.failures if rep else []
+        self.turn += 1
+        self.done = (rep is not None and rep.passed == rep.total) or self.turn >= self.max_turns
+        return self.alpha * float(self.success) + local
+
+    def reference(self, role):
+        if role == "coder":
+            return None if not self.task.get("reference") else f"```python\n{self.task['reference']}\n```"
+        return show_test(self.task["tests"][0]) if self.task["tests"] else None
+
+    def clone(self):
+        c = copy.copy(self)
+        c.tests, c.failures = list(self.tests), list(self.failures)
+        return c

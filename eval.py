@@ -96,19 +96,25 @@ def main(argv=None):
     A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model (repeatable)")
     A("--split", default="test", help="train, val or test")
     A("--n", type=int, default=200, help="problems")
-    A("--samples", type=int, default=1, help="episodes per problem (avg@S and pass@S)")
-    A("--temperature", type=float, default=0.0, help="0 = greedy (the paper's setting for games and planning)")
+    A("--samples", type=int, default=None, help="episodes per problem (avg@S and pass@S); default 5 for math, else 1")
+    A("--temperature", type=float, default=None,
+      help="0 = greedy; default as the paper: 0.6 for math, greedy for games, planning and code")
     A("--json", default=None, help="write the results (with every setting) to this file")
     a = ap.parse_args(argv)
     if a.plot:
         return plot(a.plot)
     if a.model is None:
         train.die("--model is required")
-    if a.n <= 0 or a.samples <= 0:
-        train.die("--n and --samples must be positive")
+    if a.samples is None:
+        a.samples = 5 if a.task == "math" else 1
+    if a.temperature is None:
+        a.temperature = 0.6 if a.task == "math" else 0.0
+    if a.n <= 0 or a.samples <= 0 or a.temperature < 0:
+        train.die("--n and --samples must be positive, --temperature >= 0")
     if a.split not in ("train", "val", "test"):
         train.die(f"unknown --split {a.split!r}; choose from train, val, test")
     train.check_common(a)
+    a.n = min(a.n, train.problem_count(a, a.split) or a.n)  # a dataset holds only so many problems
     res = run_eval(a)
     print(f"{a.task} ({a.workflow}, {a.split}, n={a.n}, samples={a.samples}, T={a.temperature})")
     for k in ["success", f"pass@{a.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:

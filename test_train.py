@@ -91,6 +91,9 @@ def test_resume_matches_uninterrupted_run(tiny_dir, tmp_path):
     (["--policies", "per-role", "--workflow", "single"], "needs several roles"),
     (["--bogus_flag"], "unrecognized arguments"),
     (["--size", "2"], "size must be >= 3"),
+    (["--task", "sokoban", "--boxes", "50"], "sokoban boxes must be"),
+    (["--task", "sudoku", "--size", "5"], "sudoku size must be 4 or 9"),
+    (["--task", "code", "--data", "/no/such.jsonl"], "no such file"),
 ])
 def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     p = run(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, check=False)
@@ -109,3 +112,23 @@ def test_torchrun_one_process(tiny_dir, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
     assert [m["step"] for m in metrics(out)] == [1, 2]
+
+
+TASK_RUNS = {  # 2 steps on every task with the (untrained) tiny model: the whole path runs
+    "sudoku": ["--tool_mode", "code"], "sokoban": ["--tool_mode", "direct"],
+    "math": ["--data", "offline"], "code": ["--data", "offline"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", list(TASK_RUNS))
+def test_two_steps_on_every_task(tiny_dir, tmp_path, task):
+    out = str(tmp_path / task)
+    run(["--task", task, *TASK_RUNS[task], "--model", tiny_dir, "--engine", "hf", "--policies", "per-role",
+         "--steps", "2", "--K", "2", "--problems", "2", "--max_turns", "2", "--max_tokens", "16",
+         "--device", "cpu", "--out_dir", out, "--eval_n", "2"])
+    ms = metrics(out)
+    assert [m["step"] for m in ms] == [1, 2]
+    roles = {"sudoku": ("tool", "planner"), "sokoban": ("tool", "planner"), "math": ("tool", "reasoner"),
+             "code": ("coder", "tester")}[task]
+    assert all(f"reward/{r}" in ms[0] for r in roles)
+    assert json.load(open(os.path.join(out, "summary.json")))["success_after"] >= 0.0

@@ -49,11 +49,14 @@ def add_common_args(A):
     A("--seed", type=int, default=0, help="seed of torch, tie-breaks and engine")
     A("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
     A("--max_prompt_tokens", type=int, default=4096, help="longer prompts end their episode (never truncated)")
-    A("--size", type=int, default=10, help="plan_path grid size")
+    A("--size", type=int, default=None, help="grid size (default per task: plan_path 10, sudoku 4, sokoban 6)")
     A("--wall_prob", type=float, default=0.22, help="plan_path wall probability")
+    A("--boxes", type=int, default=1, help="sokoban boxes")
+    A("--data", default=None, help="math/code data: default = the paper's hub sets; 'offline' (shipped), "
+                                  "'humaneval' (code), or a local JSONL/Parquet file")
     A("--max_turns", type=int, default=4, help="turns per episode")
     A("--alpha", type=float, default=1.0, help="reward of a role = alpha * team + local")
-    A("--tool_mode", default="code", help="code (tool agent writes a program, run in the sandbox) or direct")
+    A("--tool_mode", default="code", help="games: code (tool agent writes a program, run in the sandbox) or direct")
     A("--workflow", default="mas", help="mas (every role) or single (one agent does the whole job)")
 
 
@@ -149,12 +152,20 @@ def check_args(a):
             die(f"model path {a.model!r} does not exist")
     if a.policies == "per-role" and len(roles) < 2:
         die(f"--policies per-role needs several roles; task {a.task} (workflow {a.workflow}) has {roles}")
+    if a.eval_n:  # a dataset holds only so many test problems
+        a.eval_n = min(a.eval_n, problem_count(a, "test") or a.eval_n)
 
 
 def make_env(a, split, index):
     import envs
-    return envs.make(a.task, split, index, size=a.size, wall_prob=a.wall_prob, max_turns=a.max_turns,
-                     alpha=a.alpha, tool_mode=a.tool_mode, workflow=a.workflow)
+    opts = {k: getattr(a, k) for k in envs.TASK_OPTS[a.task] if getattr(a, k) is not None}
+    return envs.make(a.task, split, index, max_turns=a.max_turns, alpha=a.alpha, workflow=a.workflow, **opts)
+
+
+def problem_count(a, split):
+    """How many distinct problems a split holds (None: procedural, unlimited)."""
+    import envs
+    return envs.count(a.task, split, **{k: getattr(a, k) for k in envs.TASK_OPTS[a.task] if k == "data"})
 
 
 # ---- checkpoints: <out>/ckpt-NNNNNN/{<policy>/ (HF dir), trainer.pt}, <out>/latest names the last complete one
@@ -232,8 +243,8 @@ def main(argv=None):
         if not os.path.isdir(model_dir):
             if master:
                 import tiny
-                tiny.build(model_dir, sft_steps=a.tiny_sft_steps, size=a.size, seed=a.seed,
-                           max_turns=a.max_turns, log=log)
+                size = (a.size or 10) if a.task == "plan_path" else 4  # it only knows plan_path
+                tiny.build(model_dir, sft_steps=a.tiny_sft_steps, size=size, seed=a.seed, max_turns=a.max_turns, log=log)
             if launched:
                 torch.distributed.barrier()
     torch.manual_seed(a.seed + rank)

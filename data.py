@@ -1,0 +1,596 @@
+"""Data for the math and code tasks: loaders (Hugging Face hub sets, shipped offline sets, local files),
+answer checking (math_equal, extract_boxed) and running a program on a problem's tests (run_tests).
+
+load_math(split, data) -> [{"problem", "answer", "source"}], split "train" | "val" | "test":
+    data=None       the paper's sets: train/val Polaris-53K (val = every 100th record), test AIME24 +
+                    AIME25 + OlympiadBench OE_TO_maths_en_COMP ("source" tells them apart)
+    a MATH_HUB name one of those sets alone (evaluation sets only serve "test")
+    "offline"       data/math_offline.jsonl: lines 0-349 train, 350-399 val, 400-499 test
+    a path          a JSONL or Parquet file with problem/answer fields (one set: every split gets all)
+load_code(split, data) -> [{"name", "problem", "kind", "tests", "reference", "entry_point"} (+ "setup")]:
+    data=None       train/val: CodeContests train/valid; test: LiveCodeBench release_v{LCB_RELEASE}
+    a CODE_HUB name one of those sets, or APPS (train/test)
+    "humaneval"     the 164 HumanEval problems, for any split (it is an evaluation set)
+    "offline"       train: data/code_stdin.jsonl + HumanEval/n with n % 5 >= 2; val n % 5 == 1; test n % 5 == 0
+    a path          a JSONL of records in the normalised format (every split gets all)
+Loads are cached: each call returns the same list, treat it as read-only. A hub set that cannot be loaded
+raises RuntimeError saying what to do (never a silent fallback); a malformed record raises ValueError
+naming the dataset or file and the record.
+
+math_equal compares plain numbers exactly in-process and hands anything else to math_verify in a helper
+process with a hard timeout (so it is safe from any thread and cannot hang a worker).
+
+Tests of kind "stdin" are {"input", "output"}, compared token-wise (floats to 1e-6). Tests of kind
+"function" are Python statements asserting on the entry point; each runs as: setup, the program (as
+module "solution", so its __main__ block stays quiet), CHECK_HELPERS, the test (sent on stdin). Every
+test is one sandbox run; model-written code runs nowhere else.
+
+    python -m pytest -q test_data.py
+"""
+import ast
+import atexit
+import base64
+import gzip
+import io
+import json
+import math
+import os
+import pickle
+import re
+import secrets
+import select
+import subprocess
+import sys
+import threading
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+
+import sandbox
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA_DIR = os.path.join(HERE, "data")
+SPLITS = ("train", "val", "test")
+OFFLINE_MATH = {"train": range(0, 350), "val": range(350, 400), "test": range(400, 500)}
+HUMANEVAL_SPLIT = {0: "test", 1: "val"}  # HumanEval/n by n % 5; the rest is train
+LCB_RELEASE = 5  # LiveCodeBench release_v5: test.jsonl ... test5.jsonl (880 problems)
+VERIFY_TIMEOUT = 3  # seconds for each math_verify parse/compare
+
+
+def _check_split(split):
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+
+
+def _need(value, what, where):
+    """Non-empty string for a required field, else ValueError naming the dataset and record."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: missing or empty {what!r}")
+    return value.strip()
+
+
+def _read_records(path):
+    """Rows of a local JSONL or Parquet file."""
+    if not os.path.exists(path):
+        raise ValueError(f"data={path!r}: no such file (expected 'offline', a hub name or a JSONL/Parquet path)")
+    if path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise RuntimeError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from e
+        return pq.read_table(path).to_pylist()
+    opener = gzip.open if path.endswith(".gz") else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}: line {i + 1} is not valid JSON ({e})") from e
+    return rows
+
+
+def _from_hub(name, norm, config=None, split="train", files=None, columns=None):
+    """Normalised records of a hub set, row by row (CodeContests holds GBs of tests; never list() it raw)."""
+    try:
+        import datasets
+    except ImportError as e:
+        raise RuntimeError(f"{name}: loading it from the Hugging Face hub needs the `datasets` package "
+                           f"(pip install datasets), or pass data='offline' or a local file") from e
+    try:
+        if files:  # sets kept as raw JSONL on the hub (their loading scripts no longer run in datasets>=4)
+            ds = datasets.load_dataset("json", data_files=[f"hf://datasets/{name}/{f}" for f in files], split="train")
+        else:
+            ds = datasets.load_dataset(name, config, split=split)
+        if columns:
+            ds = ds.select_columns([c for c in columns if c in ds.column_names])
+    except Exception as e:
+        raise RuntimeError(f"{name}: could not load it from the Hugging Face hub "
+                           f"({type(e).__name__}: {e}); check network access, or pass data='offline' or a local file") from e
+    out, skipped = [], 0
+    for i, row in enumerate(ds):
+        where = f"{name} record {i}"
+        try:
+            rec = norm(row, where)
+        except Exception as e:  # bad JSON inside a field, a wrong type, ...: say which record
+            if isinstance(e, ValueError) and str(e).startswith(where):
+                raise
+            raise ValueError(f"{where}: malformed ({type(e).__name__}: {e})") from e
+        if rec is None:
+            skipped += 1
+        else:
+            out.append(rec)
+    if skipped:
+        warnings.warn(f"{name}: skipped {skipped} of {skipped + len(out)} problems that cannot be tested here "
+                      "(no tests, or file I/O)")
+    return out
+
+
+# ---- math ----------------------------------------------------------------------------------------
+
+def _math_rec(problem, answer, where, source):
+    return {"problem": _need(problem, "problem", where), "answer": _need(answer, "answer", where), "source": source}
+
+
+def _olympiad_answer(final_answer, where):
+    # final_answer is a list of LaTeX strings such as ["$\frac{1}{2}$"]; several when is_multiple_answer
+    if not isinstance(final_answer, (list, tuple)) or not final_answer:
+        raise ValueError(f"{where}: missing or empty 'final_answer'")
+    return ", ".join(_need(a, "final_answer", where).strip("$ ") for a in final_answer)
+
+
+MATH_HUB = {  # name: (config, hub split, our splits, normaliser); columns checked against the dataset cards
+    "POLARIS-Project/Polaris-Dataset-53K": (None, "train", ("train", "val"),
+                                            lambda r, w: _math_rec(r.get("problem"), r.get("answer"), w, "polaris")),
+    "Maxwell-Jia/AIME_2024": (None, "train", ("test",),
+                              lambda r, w: _math_rec(r.get("Problem"), r.get("Answer"), w, "aime24")),
+    "yentinglin/aime_2025": (None, "train", ("test",),
+                             lambda r, w: _math_rec(r.get("problem"), r.get("answer"), w, "aime25")),
+    "Hothan/OlympiadBench": ("OE_TO_maths_en_COMP", "train", ("test",),  # context: shared text of a problem group
+                             lambda r, w: _math_rec("\n\n".join(x for x in (r.get("context"), r.get("question")) if x),
+                                                    _olympiad_answer(r.get("final_answer"), w), w, "olympiadbench")),
+}
+
+
+def _math_hub(name, split):
+    config, hub_split, ours, norm = MATH_HUB[name]
+    if split not in ours:
+        raise ValueError(f"{name} serves split(s) {', '.join(ours)}, not {split!r}")
+    rows = _from_hub(name, norm, config, hub_split)
+    if ours == ("train", "val"):  # no val split of its own: every 100th record is held out
+        rows = [r for i, r in enumerate(rows) if (i % 100 == 99) == (split == "val")]
+    return rows
+
+
+@lru_cache(maxsize=None)
+def load_math(split, data=None):
+    _check_split(split)
+    if data is None:
+        names = [n for n, v in MATH_HUB.items() if split in v[2]]
+        return [r for n in names for r in _math_hub(n, split)]
+    if data in MATH_HUB:
+        return _math_hub(data, split)
+    offline = data == "offline"
+    path = os.path.join(DATA_DIR, "math_offline.jsonl") if offline else os.fspath(data)
+    rows = [r if isinstance(r, dict) else {} for r in _read_records(path)]
+    if not rows:
+        raise ValueError(f"{path}: no records")
+    keep = OFFLINE_MATH[split] if offline else range(len(rows))  # a local file is one set: any split gets all of it
+    return [_math_rec(rows[i].get("problem"), rows[i].get("answer"), f"{path} record {i}", "offline" if offline else path)
+            for i in keep if i < len(rows)]
+
+
+def extract_boxed(text):
+    """Content of the last \\boxed{...} (nested braces allowed; also `\\boxed 5`), or None."""
+    if not isinstance(text, str):
+        return None
+    m = None
+    for m in re.finditer(r"\\(?:boxed|fbox)", text):
+        pass
+    if m is None:
+        return None
+    j = m.end()
+    while j < len(text) and text[j].isspace():
+        j += 1
+    if j < len(text) and text[j] != "{":
+        tok = re.match(r"[^\s$]+", text[j:])
+        return tok.group(0) if j > m.end() and tok else None  # \boxed 5, but not \boxedfoo
+    depth = 0
+    for k in range(j, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[k], 0)
+        if depth == 0:
+            return text[j + 1:k].strip()
+    return None  # unbalanced, or nothing after it
+
+
+def _clean(s):
+    if isinstance(s, (int, float, Fraction)) and not isinstance(s, bool):
+        s = str(s)
+    if not isinstance(s, str):
+        return ""
+    s = s.strip()
+    inner = extract_boxed(s) if s.startswith("\\boxed") else None
+    s = (inner if inner is not None else s).strip().strip("$").strip()
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\!", "")
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s):  # 1,000 is a thousands separator, not a tuple
+        s = s.replace(",", "")
+    return s
+
+
+def _number(s):
+    """Exact value of a plain number, a/b or \\frac{a}{b}; None for anything else."""
+    m = re.fullmatch(r"([-+]?)\\frac\{(\d+)\}\{(\d+)\}", s)
+    if m:
+        s = f"{m.group(1)}{m.group(2)}/{m.group(3)}"
+    if len(s) > 60 or not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?", s):
+        return None
+    try:
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _verify_here(pred, gold):
+    """math_verify with its own timeouts; they use signal.alarm, so this runs in the helper's main thread."""
+    from math_verify import parse, verify
+    wrap = lambda s: s if ("$" in s or "\\boxed" in s) else f"${s}$"
+    g = parse(wrap(gold), parsing_timeout=VERIFY_TIMEOUT)
+    p = parse(wrap(pred), parsing_timeout=VERIFY_TIMEOUT)
+    return bool(g and p and verify(g, p, timeout_seconds=VERIFY_TIMEOUT))
+
+
+def _serve():
+    """The helper process: one JSON [pred, gold] per stdin line, one 1/0 per stdout line."""
+    out, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the protocol
+    _verify_here("1", "1")  # import and warm up before "ready": startup is not a timeout
+    print("ready", file=out, flush=True)
+    for line in sys.stdin:
+        try:
+            ok = _verify_here(*json.loads(line))
+        except Exception:
+            ok = False
+        print(int(ok), file=out, flush=True)
+
+
+class _Verifier:
+    """math_verify in a helper process: its signal-based timeouts work there (on that process's main
+    thread), whichever thread calls us, and a parse that hangs inside C code (where no signal lands) is
+    bounded too: past `limit` the answer is False and the helper is killed, to be restarted on next use."""
+
+    def __init__(self):
+        self.lock, self.proc, self.pid = threading.Lock(), None, None
+        atexit.register(self.close)
+
+    def close(self):
+        if self.proc is not None and self.pid == os.getpid():
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def _read(self, limit):
+        if not select.select([self.proc.stdout], [], [], limit)[0]:
+            raise TimeoutError
+        return self.proc.stdout.readline().strip()
+
+    def equal(self, pred, gold, limit=3 * VERIFY_TIMEOUT + 2):
+        with self.lock:  # one request at a time on the one pipe
+            try:
+                if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
+                    self.proc, self.pid = None, os.getpid()  # a forked child never talks to its parent's helper
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import data; data._serve()"],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                    if self._read(120) != "ready":
+                        raise RuntimeError("math_verify helper did not start")
+                self.proc.stdin.write(json.dumps([pred, gold]) + "\n")
+                self.proc.stdin.flush()
+                return self._read(limit) == "1"
+            except Exception:
+                self.close()
+                return False
+
+
+_VERIFIER = _Verifier()
+
+
+@lru_cache(maxsize=1 << 16)  # K samples of one problem often give the same answer
+def _verified(pred, gold):
+    return _VERIFIER.equal(pred, gold)
+
+
+def math_equal(pred, gold):
+    """Is `pred` the same answer as `gold`? Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000) compare exactly
+    here; anything else goes to math_verify in a helper process (see _Verifier). Safe from any thread;
+    never raises; at most ~11 s for a pathological input."""
+    try:
+        p, g = _clean(pred), _clean(gold)
+        if not p or not g or len(p) > 500 or len(g) > 500:  # an "answer" that long is not one
+            return False
+        if p == g:
+            return True
+        a, b = _number(p), _number(g)
+        if a is not None and b is not None:
+            return a == b
+        return _verified(p, g)
+    except Exception:
+        return False
+
+
+# ---- code ----------------------------------------------------------------------------------------
+
+PRELUDE = ("from typing import *\nimport collections, heapq, bisect, itertools, functools, math, string, re, sys\n"
+           "from collections import *\nfrom heapq import *\nfrom bisect import *\nfrom itertools import *\n"
+           "from functools import *\nfrom math import *\nfrom builtins import *\nsys.setrecursionlimit(50000)\n")
+# Defined AFTER the program runs, so a program cannot redefine them; the JSON round trip turns tuples into
+# lists and int keys into strings (the form the expected values were stored in) and defeats a custom __eq__.
+CHECK_HELPERS = '''import json as _json, sys as _sys
+def _eq(got, expected, unwrap=False):
+    _eq.got = got
+    try:
+        got = _json.loads(_json.dumps(got))
+    except (TypeError, ValueError):
+        return False
+    # APPS stores many return values wrapped in a one-element list
+    return got == expected or (unwrap and isinstance(expected, list) and len(expected) > 0 and got == expected[0])
+def _hook(kind, value, tb):  # a failed _eq check says what the program returned
+    _sys.__excepthook__(kind, value, tb)
+    if kind is AssertionError and hasattr(_eq, "got"):
+        print("got:", repr(_eq.got)[:150], file=_sys.stderr)
+_sys.excepthook = _hook
+def _bind(name):  # LeetCode style or not, a test may call the entry point bare or as Solution().name
+    g = globals()
+    if not isinstance(name, str):
+        return
+    if name not in g and hasattr(g.get("Solution"), name):
+        g[name] = getattr(g["Solution"](), name)
+    elif callable(g.get(name)) and "Solution" not in g:
+        g["Solution"] = type("Solution", (), {name: staticmethod(g[name])})
+'''
+
+
+def _lit(v):
+    """Python source for a JSON value (json.loads text for inf/nan, which have no literal)."""
+    try:
+        json.dumps(v, allow_nan=False)
+        return repr(v)
+    except ValueError:
+        return f"_json.loads({json.dumps(v)!r})"
+
+
+def _stdin_tests(pairs):
+    seen, tests = set(), []
+    for i, o in pairs:  # duplicates of one test add nothing; every distinct test is kept
+        i, o = ("\n".join(map(str, x)) if isinstance(x, list) else str(x) for x in (i, o))
+        if (i, o) not in seen:
+            seen.add((i, o))
+            tests.append({"input": i, "output": o})
+    return tests
+
+
+def _with_starter(text, starter):
+    return text.strip() + (f"\n\nStarter code:\n```python\n{starter.rstrip()}\n```" if starter and starter.strip() else "")
+
+
+def _code_contests(row, where):
+    if row.get("input_file") or row.get("output_file"):  # file-based I/O: not a stdin/stdout problem
+        return None
+    pairs = []
+    for key in ("public_tests", "private_tests", "generated_tests"):
+        t = row.get(key) or {}
+        pairs += zip(t.get("input") or [], t.get("output") or [])
+    sols = row.get("solutions") or {}
+    ref = next((s for lang, s in zip(sols.get("language") or [], sols.get("solution") or []) if lang == 3), None)  # 3 = PYTHON3
+    tests = _stdin_tests(pairs)
+    if not tests:
+        return None
+    return {"name": row.get("name") or where, "problem": _need(row.get("description"), "description", where),
+            "kind": "stdin", "tests": tests, "reference": ref, "entry_point": None}
+
+
+def _apps(row, where):
+    spec = json.loads(row["input_output"]) if row.get("input_output") else {}
+    sols = json.loads(row["solutions"]) if row.get("solutions") else []
+    ins, outs, fn = spec.get("inputs") or [], spec.get("outputs") or [], spec.get("fn_name")
+    ins = [a if isinstance(a, list) or not fn else [a] for a in ins]  # call-based: one argument list per test
+    if not ins or len(ins) != len(outs):
+        return None
+    starter = row.get("starter_code") or ""
+    rec = {"name": f"apps/{row.get('problem_id', where)}", "problem": _with_starter(_need(row.get("question"), "question", where), starter),
+           "reference": sols[0] if sols else None, "entry_point": fn}
+    if not fn:
+        return {**rec, "kind": "stdin", "tests": _stdin_tests(zip(ins, outs))}
+    call = f"Solution().{fn}" if "class Solution" in starter else fn
+    tests = [f"assert _eq({call}({', '.join(map(_lit, a))}), {_lit(o)}, unwrap=True)" for a, o in zip(ins, outs)]
+    return {**rec, "kind": "function", "tests": tests, "setup": PRELUDE}
+
+
+class _StrOnly(pickle.Unpickler):
+    def find_class(self, module, name):  # a pickled str needs no class: refuse anything that would run code
+        raise pickle.UnpicklingError(f"refusing {module}.{name}")
+
+
+def _lcb_private(blob):
+    """LiveCodeBench private tests: JSON, or base64(zlib(pickle(JSON string)))."""
+    try:
+        return json.loads(blob)
+    except (json.JSONDecodeError, TypeError):
+        return json.loads(_StrOnly(io.BytesIO(zlib.decompress(base64.b64decode(blob)))).load())
+
+
+def _livecodebench(row, where):
+    tests = json.loads(row.get("public_test_cases") or "[]") + _lcb_private(row.get("private_test_cases") or "[]")
+    meta = row.get("metadata") or "{}"
+    fn = (meta if isinstance(meta, dict) else json.loads(meta)).get("func_name")
+    rec = {"name": f"lcb/{row.get('question_id', where)}", "reference": None, "entry_point": fn,
+           "problem": _with_starter(_need(row.get("question_content"), "question_content", where), row.get("starter_code"))}
+    if not tests:
+        return None
+    if not fn:
+        return {**rec, "kind": "stdin", "tests": _stdin_tests((t["input"], t["output"]) for t in tests)}
+    # functional (LeetCode): one JSON value per input line = one argument; the output is one JSON value
+    render = lambda t: ", ".join(_lit(json.loads(a)) for a in t["input"].strip("\n").split("\n"))
+    return {**rec, "kind": "function", "setup": PRELUDE,
+            "tests": [f"assert _eq(Solution().{fn}({render(t)}), {_lit(json.loads(t['output']))})" for t in tests]}
+
+
+CODE_HUB = {  # name: ({our split: hub split or raw files}, normaliser, columns)
+    "deepmind/code_contests": ({"train": "train", "val": "valid", "test": "test"}, _code_contests,
+                               ["name", "description", "public_tests", "private_tests", "generated_tests",
+                                "solutions", "input_file", "output_file"]),
+    "codeparrot/apps": ({"train": ["train.jsonl"], "test": ["test.jsonl"]}, _apps, None),
+    "livecodebench/code_generation_lite": ({"test": ["test.jsonl"] + [f"test{k}.jsonl" for k in range(2, LCB_RELEASE + 1)]},
+                                           _livecodebench, None),
+}
+CODE_DEFAULT = {"train": "deepmind/code_contests", "val": "deepmind/code_contests", "test": "livecodebench/code_generation_lite"}
+
+
+def _humaneval(rec):
+    """A HumanEval record -> function kind: each top-level statement of check() that asserts on
+    `candidate` is one test (with `candidate` renamed to the entry point); the rest is setup."""
+    entry, tree = rec["entry_point"], ast.parse(rec["test"])
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return ast.copy_location(ast.Name(entry, node.ctx), node) if node.id == "candidate" else node
+
+    setup, tests = [], []
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name == "check"):
+            setup.append(ast.unparse(node))
+            continue
+        for stmt in node.body:
+            asserts = any(isinstance(n, ast.Assert) for n in ast.walk(stmt))
+            uses = any(isinstance(n, ast.Name) and n.id == "candidate" for n in ast.walk(stmt))
+            if asserts and uses:
+                tests.append(ast.unparse(Rename().visit(stmt)))
+            elif not asserts:  # `assert True` lines test nothing and are dropped
+                setup.append(ast.unparse(Rename().visit(stmt)))
+    return {"name": rec["task_id"], "problem": rec["prompt"], "kind": "function", "tests": tests,
+            "reference": rec["prompt"] + rec["canonical_solution"], "entry_point": entry, "setup": "\n".join(setup) + "\n"}
+
+
+@lru_cache(maxsize=1)
+def _humaneval_all():
+    return [_humaneval(r) for r in _read_records(os.path.join(DATA_DIR, "HumanEval.jsonl.gz"))]
+
+
+def _code_rec(r, where):
+    """Validate a record in the normalised format (local files)."""
+    if not isinstance(r, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    kind, tests = r.get("kind"), r.get("tests")
+    if kind not in ("stdin", "function"):
+        raise ValueError(f"{where}: 'kind' must be 'stdin' or 'function', got {kind!r}")
+    if not isinstance(tests, list) or not tests:
+        raise ValueError(f"{where}: missing or empty 'tests'")
+    for j, t in enumerate(tests):
+        ok = (isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str)) \
+            if kind == "stdin" else (isinstance(t, str) and t.strip())
+        if not ok:
+            raise ValueError(f"{where}: test {j} is not a valid {kind} test")
+    if r.get("reference") is not None and not isinstance(r["reference"], str):
+        raise ValueError(f"{where}: 'reference' must be a string or null")
+    return {**r, "name": str(r.get("name") or where), "problem": _need(r.get("problem"), "problem", where),
+            "reference": r.get("reference"), "setup": r.get("setup") or "",
+            "entry_point": _need(r.get("entry_point"), "entry_point", where) if kind == "function" else None}
+
+
+@lru_cache(maxsize=None)
+def load_code(split, data=None):
+    _check_split(split)
+    if data is None:
+        data = CODE_DEFAULT[split]
+    if data in CODE_HUB:
+        splits, norm, columns = CODE_HUB[data]
+        if split not in splits:
+            raise ValueError(f"{data} serves split(s) {', '.join(splits)}, not {split!r}")
+        src = splits[split]
+        return _from_hub(data, norm, split=src if isinstance(src, str) else "train",
+                         files=None if isinstance(src, str) else src, columns=columns)
+    if data == "humaneval":
+        return _humaneval_all()
+    if data == "offline":
+        he = [p for p in _humaneval_all() if HUMANEVAL_SPLIT.get(int(p["name"].split("/")[1]) % 5, "train") == split]
+        return (load_code("train", os.path.join(DATA_DIR, "code_stdin.jsonl")) if split == "train" else []) + he
+    path = os.fspath(data)
+    rows = _read_records(path)
+    if not rows:
+        raise ValueError(f"{path}: no records")
+    return [_code_rec(r, f"{path} record {i}") for i, r in enumerate(rows)]
+
+
+@dataclass
+class Report:
+    passed: int
+    total: int
+    failures: list = field(default_factory=list)  # at most 3 short readable strings
+
+    @property
+    def ok(self):
+        return self.total > 0 and self.passed == self.total
+
+
+def _short(s, n=60):
+    s = repr(s) if isinstance(s, str) else repr(str(s))
+    return s if len(s) <= n else s[:n - 4] + "...'"
+
+
+def _same_output(got, expected):
+    a, b = got.split(), expected.split()
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x != y:
+            try:  # a float token may differ in its last digits
+                if not (("." in y or "e" in y.lower()) and math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-6)):
+                    return False
+            except ValueError:
+                return False
+    return True
+
+
+def _last_line(text):
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+def run_tests(program, problem, tests=None, timeout=5.0):
+    """Run `program` on `problem`'s tests (all of them unless `tests` is given), one sandbox run per test,
+    in parallel. Never raises for anything the program or a malformed test does."""
+    tests = list(problem["tests"] if tests is None else tests)
+    if not isinstance(program, str) or not program.strip():
+        return Report(0, len(tests), ["empty program"] if tests else [])
+    kind, nonce = problem.get("kind", "stdin"), secrets.token_hex(8)
+    jobs = []
+    for t in tests:
+        if kind == "stdin":
+            inp = t.get("input", "") if isinstance(t, dict) else ""
+            jobs.append((program, inp if isinstance(inp, str) else str(inp)))
+        else:
+            # the test travels on stdin (read before the program runs): a test holding a big input would
+            # not fit in the argv of `python -c` (128 KiB); the nonce at its end proves it ran to its end
+            jobs.append(((problem.get("setup") or "") + "\n_TEST = __import__('sys').stdin.read()\n"
+                         f"__name__ = 'solution'\nexec(compile({program!r}, 'solution.py', 'exec'))\n"
+                         f"__name__ = '__main__'\n{CHECK_HELPERS}_bind({problem.get('entry_point')!r})\n"
+                         "exec(compile(_TEST, 'test.py', 'exec'))\n", f"{t}\n__import__('sys').stderr.write({nonce!r})\n"))
+    results = sandbox.run_many(jobs, timeout=timeout)
+    passed, failures = 0, []
+    for t, r in zip(tests, results):
+        if kind == "stdin":
+            exp = str(t.get("output", "")) if isinstance(t, dict) else ""
+            ok = not r.timed_out and r.returncode == 0 and _same_output(r.stdout, exp)
+            what = f"input: {_short(t.get('input', '') if isinstance(t, dict) else t)} expected: {_short(exp)} "
+            why = f"got: {_short(r.stdout)}" if r.returncode == 0 else f"error: {_short(_last_line(r.stderr), 80)}"
+        else:  # no nonce: the program exited early, or the test failed
+            ok = not r.timed_out and r.returncode == 0 and r.stderr.endswith(nonce)
+            what = f"{_short(t, 100)[1:-1]} -> "
+            why = "the program exited before the test ran" if r.returncode == 0 else _short(_last_line(r.stderr), 90)[1:-1]
+        passed += ok
+        if not ok and len(failures) < 3:
+            failures.append((what + (f"timed out after {timeout:g}s" if r.timed_out else why))[:200])
+    return Report(passed, len(tests), failures)
