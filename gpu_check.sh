@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# What CI (2 CPU cores, no GPU) cannot check: FSDP2 on NCCL with bf16 mixed precision, vLLM on the GPU
+# (external_launcher, sleep mode, weight pushes), memory. Sized for under 5 minutes on one GPU:
+#   1. the GPU half of test_distributed.py: FSDP2 updates vs a 1-process fp32 reference (one rank per
+#      GPU, at most 2; with bf16 the loss must be close, the ranks identical)
+#   2. 2 training steps of the tiny model: per-role on 1 process (FSDP as a 1-rank group, bf16, sleep mode,
+#      gradient checkpointing), then shared under torchrun on min(2, GPUs) ranks; every step checks the
+#      engines against the trainer (logp_gap)
+#   3. with MODEL=/local/hf/dir (e.g. a Qwen3-0.6B): 2 steps of it too (adds a few minutes)
+# then a report: rollout and update tokens/s, peak memory per rank, logp_gap (sampler vs trainer).
+#
+#   bash gpu_check.sh                  # on the GPU machine (python with vllm==0.32.0, CUDA torch)
+#   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo)
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PY:-python}
+DEVICE=${DEVICE:-cuda}
+OUT=${OUT:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+log() { echo "[gpu_check $(date +%T)] $*"; }
+
+if [ "$DEVICE" = cuda ]; then
+    NGPU=$($PY -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
+    [ "$NGPU" -ge 1 ] || { echo "gpu_check: no CUDA device visible (DEVICE=cpu for a dry run)"; exit 2; }
+    NP=$(( NGPU >= 2 ? 2 : 1 ))
+    GPU_FLAGS=(--sleep 1 --gpu_memory_utilization 0.3)
+    SIZE=(--K 8 --problems 16 --max_tokens 64 --eval_n 16)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+else
+    NP=2
+    GPU_FLAGS=()
+    SIZE=(--K 4 --problems 4 --max_tokens 16 --eval_n 4)  # the logic, not the speed
+fi
+$PY -c "import torch, transformers, vllm; print('torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"
+log "out: $OUT, device $DEVICE, torchrun ranks $NP"
+
+log "1/3 tests: FSDP2 update on $DEVICE vs the 1-process reference"
+timeout 300 $PY -m pytest -q -s -p no:cacheprovider "test_distributed.py::test_fsdp_update_equals_one_process[$DEVICE]" \
+    2>&1 | grep -E "ranks: max|passed|failed|skipped|Error" || { echo "gpu_check: tests failed"; exit 1; }
+
+log "2/3 tiny model: 2 steps per-role (1 process) and shared (torchrun, $NP ranks)"
+[ -d "$OUT/tiny" ] || $PY tiny.py --out "$OUT/tiny" --sft_steps 0 >/dev/null 2>&1
+# the untrained model's rewards are all equal; KL on makes every sample train (a ref forward is included)
+RUN=(--task plan_path --size 4 --tool_mode direct --max_turns 2 "${SIZE[@]}" --steps 2 --lr 1e-5 --kl_coef 0.01
+     --device "$DEVICE" --model "$OUT/tiny" --save_every 0)
+timeout 300 $PY train.py "${RUN[@]}" "${GPU_FLAGS[@]}" --policies per-role --fsdp 1 --grad_ckpt 1 --out_dir "$OUT/tiny-per-role" \
+    >"$OUT/tiny-per-role.log" 2>&1 || { tail -30 "$OUT/tiny-per-role.log"; echo "gpu_check: per-role run failed"; exit 1; }
+timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
+    --policies shared --out_dir "$OUT/tiny-shared-${NP}ranks" >"$OUT/tiny-shared.log" 2>&1 \
+    || { tail -30 "$OUT/tiny-shared.log"; echo "gpu_check: torchrun run failed (or hung: timeout)"; exit 1; }
+
+RUNS=("$OUT/tiny-per-role" "$OUT/tiny-shared-${NP}ranks")
+if [ -n "${MODEL:-}" ]; then
+    log "3/3 $MODEL: 2 steps per-role on $NP rank(s)"
+    timeout 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py --task plan_path --size 6 \
+        --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2 --device "$DEVICE" \
+        --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 "${GPU_FLAGS[@]}" --out_dir "$OUT/model" \
+        >"$OUT/model.log" 2>&1 || { tail -30 "$OUT/model.log"; echo "gpu_check: $MODEL run failed"; exit 1; }
+    RUNS+=("$OUT/model")
+else
+    log "3/3 skipped (MODEL=/local/hf/dir to add a real model)"
+fi
+
+$PY - "${RUNS[@]}" <<'EOF'
+import json, os, sys
+print("\nrun                       steps  rollout tok/s  update tok/s  sync s  logp_gap  peak GiB per rank (torch) | GPU used")
+for d in sys.argv[1:]:
+    ms = [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
+    last = ms[-1]
+    tok = sum(m["tokens"] for m in ms)
+    roll, upd = sum(m["time/rollout"] for m in ms), sum(m["time/update"] for m in ms)
+    gap = max(m["logp_gap"] for m in ms)
+    mem = f"{last['mem/peak_gib']} | {last['mem/used_gib']}" if "mem/peak_gib" in last else "n/a (cpu)"
+    print(f"{os.path.basename(d):25s} {len(ms):5d} {tok / roll:14.0f} {tok / upd:13.0f} {sum(m['time/sync'] for m in ms):7.2f}"
+          f"  {gap:8.1e}  {mem}")
+    if gap > 0.1:  # bf16 sampler vs bf16 trainer is ~1e-2; far more means the engine has other weights
+        print(f"  WARNING: logp_gap {gap:.2g} is large: are the pushed weights reaching the engine?")
+print("tokens/s over the whole step (all ranks' tokens / rank 0's time); update includes the KL reference forward")
+EOF
+log "done; logs and metrics in $OUT"

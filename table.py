@@ -1,0 +1,120 @@
+"""The paper's table in miniature: every regime trained and measured the same way, on the CPU demo.
+
+    python table.py                    # ~25 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
+    python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look
+
+Rows (the paper's five, then two ablations), all from the same warm-started tiny model, the same
+seed, the same step budget and problems/step, measured by eval.py on the same held-out test problems
+(greedy team success):
+    single agent                 the planner alone (--workflow single), untrained
+    single agent + GRPO          the planner alone, plain GRPO (--sampling parallel: K episodes per
+                                 problem, groups per problem), same step budget
+    MAS, untrained               tool agent + planner, untrained
+    MAS + AT-GRPO shared         tree sampling, one policy for both roles
+    MAS + AT-GRPO per-role       tree sampling, one policy per role
+    ablation: parallel sampling  per-role, but K independent episodes instead of tree sampling
+    ablation: roles swapped      the per-role run's tool model serves the planner and vice versa
+Each training and each evaluation is a separate `train.py` / `eval.py` process, exactly as a user
+runs them; finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted
+table resumes where it stopped.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEMO = train.PRESETS["cpu-demo"]
+TASK_FLAGS = ["--task", DEMO["task"], "--size", str(DEMO["size"]), "--wall_prob", str(DEMO["wall_prob"]),
+              "--max_turns", str(DEMO["max_turns"]), "--tool_mode", DEMO["tool_mode"],
+              "--max_tokens", str(DEMO["max_tokens"]), "--engine", DEMO["engine"], "--device", "cpu"]
+# (row, training flags or None for untrained, eval flags)
+ROWS = [
+    ("single agent", None, ["--workflow", "single"]),
+    ("single agent + GRPO", ["--workflow", "single", "--policies", "shared", "--sampling", "parallel"],
+     ["--workflow", "single"]),
+    ("MAS, untrained", None, []),
+    ("MAS + AT-GRPO shared", ["--policies", "shared"], []),
+    ("MAS + AT-GRPO per-role", ["--policies", "per-role"], []),
+    ("ablation: parallel sampling (per-role)", ["--policies", "per-role", "--sampling", "parallel"], []),
+    ("ablation: per-role models swapped", "MAS + AT-GRPO per-role", "swap"),
+]
+
+
+def sh(cmd, log):
+    print("$ " + " ".join(cmd), flush=True)
+    with open(log, "a") as f:
+        p = subprocess.run(cmd, cwd=HERE, stdout=f, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        sys.exit(f"table.py: failed ({p.returncode}); see {log}")
+
+
+def slug(name):
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="The paper's table in miniature (CPU demo). See the docstring.")
+    ap.add_argument("--steps", type=int, default=100, help="training steps of every trained row")
+    ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
+    ap.add_argument("--seed", type=int, default=0, help="seed of every run")
+    ap.add_argument("--out_dir", default="runs/table", help="runs, eval JSONs, logs and table.json go here")
+    ap.add_argument("--tiny_dir", default="tiny-model", help="the warm-started demo model (built if absent)")
+    a = ap.parse_args(argv)
+    if a.steps <= 0 or a.eval_n <= 0:
+        train.die("--steps and --eval_n must be positive")
+    os.makedirs(a.out_dir, exist_ok=True)
+    log, t0 = os.path.join(a.out_dir, "log.txt"), time.time()
+    if not os.path.isdir(a.tiny_dir):
+        import tiny
+        tiny.build(a.tiny_dir, sft_steps=DEMO["tiny_sft_steps"], size=DEMO["size"], seed=a.seed,
+                   max_turns=DEMO["max_turns"])
+    py = sys.executable
+    train_flags = ["--K", str(DEMO["K"]), "--problems", str(DEMO["problems"]), "--mini_batches",
+                   str(DEMO["mini_batches"]), "--lr", str(DEMO["lr"]), "--weight_decay", "0", "--warmup", "0",
+                   "--temperature", str(DEMO["temperature"]), "--steps", str(a.steps), "--save_every", "0",
+                   "--seed", str(a.seed), "--model", a.tiny_dir]
+    rows, ckpts = [], {}
+    for name, tflags, eflags in ROWS:
+        run_dir = os.path.join(a.out_dir, slug(name))
+        if isinstance(tflags, list):  # train this row (unless its final checkpoint exists)
+            ck = os.path.join(run_dir, f"ckpt-{a.steps:06d}")
+            if not os.path.isdir(ck):
+                if os.path.isdir(run_dir):
+                    sh([py, "train.py", *TASK_FLAGS, *train_flags, *tflags, "--out_dir", run_dir, "--resume"], log)
+                else:
+                    sh([py, "train.py", *TASK_FLAGS, *train_flags, *tflags, "--out_dir", run_dir], log)
+            ckpts[name] = ck
+            model = ["--model", ck]
+        elif isinstance(tflags, str):  # swap the roles of a trained per-role run
+            ck = ckpts[tflags]
+            model = ["--model", ck, "--role_model", f"tool={ck}/planner", "--role_model", f"planner={ck}/tool"]
+            eflags = []
+        else:
+            model = ["--model", a.tiny_dir]
+        out = os.path.join(a.out_dir, f"eval-{slug(name)}.json")
+        if not os.path.exists(out):
+            sh([py, "eval.py", *TASK_FLAGS, *model, *eflags, "--n", str(a.eval_n), "--seed", str(a.seed),
+                "--split", "test", "--json", out], log)
+        r = json.load(open(out))
+        rows.append({"row": name, "success": r["success"], "turns": r["turns"],
+                     **{k: v for k, v in r.items() if k.startswith("reward/")}})
+        print(f"{name:40s} {100 * r['success']:5.1f}%", flush=True)
+    res = {"rows": rows, "steps": a.steps, "eval_n": a.eval_n, "seed": a.seed, "wall_s": round(time.time() - t0, 1),
+           "settings": {**DEMO, "steps": a.steps}}
+    with open(os.path.join(a.out_dir, "table.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"\n{DEMO['task']} {DEMO['size']}x{DEMO['size']}, {a.steps} steps, seed {a.seed}, "
+          f"{a.eval_n} test problems, greedy; wall {res['wall_s']:.0f} s\n")
+    print("| method | success | turns |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r['row']} | {100 * r['success']:.1f}% | {r['turns']:.2f} |")
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Data parallel on CPU (torchrun, gloo): FSDP2 updates equal the 1-process update; 2-rank runs of
+train.py finish, shared and per-role, and resume. python -m pytest -q test_distributed.py
+
+The update-level proof: the same samples, split by group over 2 ranks (one rank has NO samples of one
+policy), updated with FSDP2 (per-layer shards, gradient sums, global token-mean, lock-stepped micro-steps),
+must give the loss and the weights of one plain process updating on all of them, also after the trainer
+state went through a checkpoint. Sampling is not part of it: ranks sample with their own seeds, so a
+2-rank run never draws the same completions as a 1-rank run. The lower half of this file is the worker:
+    python -m torch.distributed.run --standalone --nproc_per_node 2 test_distributed.py TINY_DIR OUT_DIR
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = dict(micro_tokens=64, temperature=0.9, mini_batches=2, eps_low=0.2, eps_high=0.2, grad_clip=1.0)
+UPDATES = 2  # update calls per policy; the last one after a save/restore of the trainer state
+# case -> policy -> groups per rank (rank 1 has nothing for "tool": it must still join every collective)
+CASES = {"shared": dict(fsdp=True, kl_coef=0.0, grad_ckpt=False, bf16=False, groups={"shared": (6, 4)}),
+         "per-role": dict(fsdp=True, kl_coef=0.05, grad_ckpt=True, bf16=False, groups={"tool": (4, 0), "planner": (2, 6)}),
+         # train.py --fsdp 0: a full model per rank, gradients all-reduced
+         "replicated": dict(fsdp=False, kl_coef=0.0, grad_ckpt=False, bf16=False, groups={"shared": (6, 4)}),
+         # the GPU recipe (bf16 compute, fp32 master weights and reductions) on CPU: close, not equal
+         "bf16": dict(fsdp=True, kl_coef=0.0, grad_ckpt=False, bf16=True, groups={"shared": (6, 4)})}
+
+
+def groups_of(policy, rank, n):
+    """n groups (even n): tree groups of K=4 sharing a prompt and single samples, random advantages;
+    "tool" has none in its second mini-batch (no backward anywhere, still an optimiser step)."""
+    g = random.Random(f"{policy}-{rank}")
+    out = []
+    for i in range(n):
+        p = [g.randrange(3, 250) for _ in range(g.randrange(4, 12))]
+        grp = []
+        for _ in range(4 if i % 3 else 1):
+            r = [g.randrange(3, 250) for _ in range(g.randrange(1, 7))]
+            adv = 0.0 if policy == "tool" and i % 2 else g.choice([0.0, g.uniform(-1, 1), g.uniform(-1, 1)])
+            grp.append(SimpleNamespace(prompt_ids=p, response_ids=r, logprobs=[-5.0] * len(r), extra={},
+                                       advantage=adv))
+        out.append(grp)
+    return out
+
+
+def samples_of(policy, counts, rank, world):
+    """A rank's samples; for 1 process the union, ordered so that update()'s mini-batch k (groups[k::2],
+    shuffle off) is the union of the ranks' mini-batches k."""
+    if world > 1:
+        return [s for grp in groups_of(policy, rank, counts[rank]) for s in grp]
+    per = [groups_of(policy, r, c) for r, c in enumerate(counts)]
+    order = [grp for i in range(0, max(counts), 2) for gs in per for grp in gs[i:i + 2]]
+    return [s for grp in order for s in grp]
+
+
+def run_case(tiny_dir, case, rank, world, mesh, out, device="cpu"):
+    """UPDATES updates of each policy of a case; returns the per-update metrics and final weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    import policies as P
+    cfg = CASES[case]
+    mesh = mesh if cfg["fsdp"] else None
+    args = SimpleNamespace(kl_coef=cfg["kl_coef"], **ARGS)
+    no_shuffle = SimpleNamespace(shuffle=lambda x: None)
+    res = {}
+    for name, counts in cfg["groups"].items():
+        def new_policy(state=None):
+            model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).to(device)
+            if state is not None:
+                model.load_state_dict(state)
+            ref = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).to(device) if args.kl_coef else None
+            return P.Policy(name, model, 1e-3, 0.01, 0, 10, "constant", ref, mesh=mesh,
+                            bf16=cfg["bf16"] and mesh is not None, grad_ckpt=cfg["grad_ckpt"] and mesh is not None)
+        pol, ms = new_policy(), []
+        samples = samples_of(name, counts, rank, world)
+        for i in range(UPDATES):
+            if i == UPDATES - 1:  # through a checkpoint: full weights (gathered) + this rank's trainer state
+                path = os.path.join(out, f"{case}-{name}-rank{rank}.pt")
+                torch.save(pol.trainer_state(), path)
+                pol = new_policy(dict(pol.engine_weights()))
+                pol.load_trainer_state(torch.load(path, weights_only=False))
+            ms.append(P.update(pol, samples, args, device, no_shuffle))
+        res[name] = {"metrics": ms, "weights": {k: v.cpu().clone() for k, v in pol.engine_weights()}}
+    return res
+
+
+def n_gpus():
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def torchrun(args, timeout, nproc=2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=timeout,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+    except subprocess.TimeoutExpired as e:  # a hang is a failure, never a stuck CI
+        raise AssertionError(f"torchrun timed out after {timeout}s (deadlock?):\n{(e.stderr or b'')[-3000:]}")
+    assert p.returncode == 0, p.stderr[-4000:]
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not n_gpus(), reason="no GPU"))])
+def test_fsdp_update_equals_one_process(tiny_dir, tmp_path, device):
+    """On CPU: 2 gloo ranks. On GPU (gpu_check.sh): NCCL, one rank per GPU (at most 2), same references."""
+    import torch
+    nproc = 2 if device == "cpu" else min(2, n_gpus())
+    torchrun([os.path.join(HERE, "test_distributed.py"), tiny_dir, str(tmp_path), device], timeout=300, nproc=nproc)
+    diffs, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(1)  # OpenMP threads spin-wait: on 2 busy cores a second one costs 30x
+    refs = {case: run_case(tiny_dir, case, 0, 1, None, str(tmp_path)) for case in CASES}
+    torch.set_num_threads(threads)
+    for case, ref in refs.items():
+        got = [torch.load(tmp_path / f"result-{case}-rank{r}.pt", weights_only=False) for r in range(nproc)]
+        for name in ref:
+            if CASES[case]["bf16"]:  # bf16 rounding: near the fp32 loss; the ranks agree exactly
+                for a, b in zip(ref[name]["metrics"], got[0][name]["metrics"]):
+                    assert b["loss"] == pytest.approx(a["loss"], rel=0.05, abs=1e-3)
+                    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=0.05)
+                assert all(torch.equal(v, got[-1][name]["weights"][k]) for k, v in got[0][name]["weights"].items())
+                continue
+            for a, b in zip(ref[name]["metrics"], got[0][name]["metrics"]):
+                assert a["loss"] != 0.0
+                diffs["loss"] = max(diffs.get("loss", 0.0), abs(a["loss"] - b["loss"]))
+                for k in ("loss", "grad_norm", "clipfrac", "logp_gap"):
+                    assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (case, name, k)
+            w0 = ref[name]["weights"]
+            for k in w0:  # both ranks hold the same gathered weights, equal to the 1-process ones
+                d = max((w0[k] - g[name]["weights"][k]).abs().max().item() for g in got)
+                diffs["weight"] = max(diffs.get("weight", 0.0), d)
+                # Adam divides by sqrt(v): where a gradient element is ~0, float rounding (summation order)
+                # moves its weight by a fraction of lr = 1e-3; bound lr/10
+                assert d < 1e-4, (case, name, k, d)
+    print(f"\n{device}, {nproc} ranks: max |loss diff| {diffs['loss']:.2e}, max |weight diff| {diffs['weight']:.2e}")
+
+
+BASE = ["--task", "plan_path", "--size", "4", "--tool_mode", "direct", "--max_turns", "2", "--K", "3",
+        "--problems", "4", "--max_tokens", "8", "--lr", "1e-3", "--device", "cpu", "--steps", "2"]
+
+
+# the untrained model's rewards are all equal (zero advantages): KL on makes every sample train, so the
+# ranks' uneven micro-batches go through FSDP's backward; strong weight decay makes every step move
+# every weight, so a weight push that did not happen shows in the next step's logp_gap
+CHANGE = ["--kl_coef", "0.01", "--weight_decay", "5"]
+
+
+def metrics(d):
+    return [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policies", ["per-role", "shared"])
+def test_two_ranks_vllm_train(tiny_dir, tmp_path, policies):
+    out = str(tmp_path / policies)
+    torchrun([os.path.join(HERE, "train.py"), *BASE, *CHANGE, "--model", tiny_dir, "--engine", "vllm",
+              "--policies", policies, "--out_dir", out] + (["--eval_n", "3"] if policies == "per-role" else []),
+             timeout=300)
+    ms = metrics(out)
+    assert [m["step"] for m in ms] == [1, 2]
+    # the engines hold the pushed weights (without the push after step 1, step 2's gap is ~2e-2)
+    assert all(m["samples"] > 0 and m["logp_gap"] < 1e-4 for m in ms)
+    ck = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
+    names = ["planner", "tool"] if policies == "per-role" else ["shared"]
+    assert sorted(os.listdir(ck)) == sorted(["trainer-rank0.pt", "trainer-rank1.pt"] + names)
+    from transformers import AutoModelForCausalLM
+    AutoModelForCausalLM.from_pretrained(os.path.join(ck, names[0]))  # gathered into a loadable HF directory
+
+
+@pytest.mark.slow
+def test_two_ranks_resume_matches_uninterrupted(tiny_dir, tmp_path):
+    """HF engine (its sampling RNG is part of each rank's trainer state): a run resumed from step 1 on
+    2 ranks recomputes step 2 exactly."""
+    import shutil
+    out = str(tmp_path / "run")
+    common = [os.path.join(HERE, "train.py"), *BASE, *CHANGE, "--model", tiny_dir, "--engine", "hf", "--policies", "per-role",
+              "--temperature", "1.5", "--out_dir", out, "--save_every", "1"]
+    torchrun(common, timeout=300)
+    full = metrics(out)
+    shutil.rmtree(os.path.join(out, "ckpt-000002"))
+    with open(os.path.join(out, "latest"), "w") as f:
+        f.write("ckpt-000001")
+    torchrun(common + ["--resume"], timeout=300)
+    again = metrics(out)
+    assert [m["step"] for m in again] == [1, 2]
+    assert full[1]["loss/tool"] != 0.0  # depends on the restored weights and optimiser shards
+    for k, v in full[1].items():
+        if not k.startswith("time/"):
+            assert again[1][k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
+
+
+def worker(tiny_dir, out, device="cpu"):
+    """Under torchrun: every case on this rank's share, FSDP2 over all ranks; results to OUT."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    sys.path.insert(0, HERE)
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("cpu:gloo,cuda:nccl" if device == "cuda" else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh(device, (world,))
+    for case in CASES:
+        res = run_case(tiny_dir, case, rank, world, mesh, out, device)
+        torch.save(res, os.path.join(out, f"result-{case}-rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    worker(*sys.argv[1:4])
