@@ -76,6 +76,17 @@ def extract_code(text):
     return blocks[-1] if blocks else text
 
 
+def run_program(text):
+    """stdout of the program in a model's text, run in the sandbox; None when there is no code or it
+    fails or times out. Model-written code runs only inside the sandbox."""
+    import sandbox
+    code = extract_code(text)
+    if code is None:
+        return None
+    res = sandbox.run(code, timeout=5.0)
+    return None if res.timed_out or res.returncode != 0 else res.stdout
+
+
 def _check_common(max_turns, workflow, tool_mode="code"):
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -130,14 +141,8 @@ class Game:
         return self.alpha * team + local
 
     def run_tool(self, text):
-        if self.tool_mode == "direct":
-            return self.parse(text)
-        import sandbox  # model-written code runs only inside the sandbox
-        code = extract_code(text)
-        if code is None:
-            return None
-        res = sandbox.run(code, timeout=5.0)
-        return None if res.timed_out or res.returncode != 0 else self.parse(res.stdout)
+        out = text if self.tool_mode == "direct" else run_program(text)
+        return None if out is None else self.parse(out)
 
     def reference(self, role):
         text = self.show(self.solution())
@@ -578,13 +583,8 @@ class Math:
         return [{"role": "user", "content": text}]
 
     def run_tool(self, text):
-        import sandbox  # model-written code runs only inside the sandbox
-        code = extract_code(text)
-        if code is None:
-            return None
-        res = sandbox.run(code, timeout=5.0)
-        lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
-        return lines[-1][:200] if lines and not res.timed_out and res.returncode == 0 else None
+        lines = [ln.strip() for ln in (run_program(text) or "").splitlines() if ln.strip()]
+        return lines[-1][:200] if lines else None
 
     def correct(self, ans):
         import data as D
@@ -598,15 +598,16 @@ class Math:
             raise ValueError(f"math has no role {role!r}")
         if role == "tool":
             ans = self.tool_answer = self.run_tool(text)
+            right = self.correct(ans)
         else:
             ans = D.extract_boxed(text) if isinstance(text, str) else None
-            self.success = self.correct(ans)
+            right = self.success = self.correct(ans)
             agree = ans is not None and self.tool_answer is not None and D.math_equal(ans, self.tool_answer)
             self.history.append((self.tool_answer, ans))
             self.turn += 1
             self.tool_answer = None
             self.done = agree or self.turn >= self.max_turns or self.roles == ("reasoner",)
-        return self.alpha * float(self.correct(ans)) + (-1.0 if ans is None else 0.0)
+        return self.alpha * float(right) + (-1.0 if ans is None else 0.0)
 
     def reference(self, role):
         return f"```python\nprint({self.answer!r})\n```" if role == "tool" else f"\\boxed{{{self.answer}}}"

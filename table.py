@@ -76,7 +76,7 @@ def main(argv=None):
     py = sys.executable
     train_flags = ["--K", str(DEMO["K"]), "--problems", str(DEMO["problems"]), "--mini_batches",
                    str(DEMO["mini_batches"]), "--lr", str(DEMO["lr"]), "--weight_decay", "0", "--warmup", "0",
-                   "--temperature", str(DEMO["temperature"]), "--steps", str(a.steps), "--save_every", "0",
+                   "--temperature", str(DEMO["temperature"]), "--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1",
                    "--seed", str(a.seed), "--model", a.tiny_dir]
     rows, ckpts = [], {}
     for name, tflags, eflags in ROWS:
@@ -84,10 +84,10 @@ def main(argv=None):
         if isinstance(tflags, list):  # train this row (unless its final checkpoint exists)
             ck = os.path.join(run_dir, f"ckpt-{a.steps:06d}")
             if not os.path.isdir(ck):
-                if os.path.isdir(run_dir):
-                    sh([py, "train.py", *TASK_FLAGS, *train_flags, *tflags, "--out_dir", run_dir, "--resume"], log)
-                else:
-                    sh([py, "train.py", *TASK_FLAGS, *train_flags, *tflags, "--out_dir", run_dir], log)
+                if os.path.isdir(run_dir) and train.latest_checkpoint(run_dir) is None:
+                    os.rename(run_dir, f"{run_dir}.partial-{int(time.time())}")  # cut before any checkpoint: kept aside
+                resume = ["--resume"] if os.path.isdir(run_dir) else []
+                sh([py, "train.py", *TASK_FLAGS, *train_flags, *tflags, "--out_dir", run_dir, *resume], log)
             ckpts[name] = ck
             model = ["--model", ck]
         elif isinstance(tflags, str):  # swap the roles of a trained per-role run

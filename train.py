@@ -180,7 +180,7 @@ def make_env(a, split, index):
 def problem_count(a, split):
     """How many distinct problems a split holds (None: procedural, unlimited)."""
     import envs
-    return envs.count(a.task, split, **{k: getattr(a, k) for k in envs.TASK_OPTS[a.task] if k == "data"})
+    return envs.count(a.task, split, a.data)
 
 
 # ---- checkpoints: <out>/ckpt-NNNNNN/{<policy>/ (HF dir), trainer state}, <out>/latest names the last complete one
