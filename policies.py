@@ -6,8 +6,8 @@ groups train only its own model.
 
 Log-probs: the K samples of a tree group share their prompt, so it is computed once per group: prompt
 and K responses go in ONE row whose attention mask lets each response see the prompt and itself only
-(shared_prompt_logprobs). Other samples go in length-sorted micro-batches: one padding-free packed row
-under flash-attention (GPU), right-padded rows otherwise. Logits are divided by the sampling
+(shared_prompt_logprobs; sdpa, i.e. CPU), many such rows per micro-batch. Under flash-attention (GPU)
+a micro-batch is one padding-free packed row of whole sequences instead. Logits are divided by the sampling
 temperature, as the sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
 per-layer hooks and gradient checkpointing need.
 
@@ -122,71 +122,91 @@ class Policy:
                                                               shape=p.shape, stride=p.stride())
 
 
-def pack(samples, max_tokens):
-    """Micro-batches of at most ~max_tokens tokens. Samples that share a prompt (a tree group) go
-    together, so the prompt is computed once for all of them (see shared_prompt_logprobs); the rest
-    are sorted by length and batched, so rows in one micro-batch are nearly equally long."""
-    groups = {}
+def shares_prompt(model):
+    """Whether a tree group's prompt is computed once (a custom attention mask; sdpa takes one) or
+    repeated per sample (flash-attention's padding-free packed row takes no mask)."""
+    return getattr(model.config, "_attn_implementation", None) == "sdpa"
+
+
+def pack(samples, max_tokens, shared=True):
+    """Micro-batches of at most ~max_tokens tokens, padding counted. A row is a prompt with every
+    response that shares it (a tree group; split if longer than the budget) when shared=True, else one
+    sample. Rows are sorted by length, so the rows of one micro-batch are nearly equally long. Few, full
+    micro-batches matter on CPU: each one is a forward of every layer, whatever its size."""
+    rows = {}
     for s in samples:
-        groups.setdefault(tuple(s.prompt_ids), []).append(s)
-    singles = []
-    for g in groups.values():
-        if len(g) == 1 or len(g[0].prompt_ids) < 2:
-            singles += g
-            continue
-        chunk = []
-        for s in sorted(g, key=lambda s: len(s.response_ids)):
-            if chunk and len(g[0].prompt_ids) + (len(chunk) + 1) * len(s.response_ids) > max_tokens:
-                yield chunk
-                chunk = []
-            chunk.append(s)
-        yield chunk
+        rows.setdefault(tuple(s.prompt_ids) if shared else id(s), []).append(s)
+    cost = lambda row: len(row[0].prompt_ids) + sum(len(s.response_ids) for s in row)
+    parts = []
+    for row in rows.values():
+        part = []
+        for s in sorted(row, key=lambda s: len(s.response_ids)):
+            if part and cost(part + [s]) > max_tokens:
+                parts.append(part)
+                part = []
+            part.append(s)
+        parts.append(part)
     batch, longest = [], 0
-    for s in sorted(singles, key=lambda s: len(s.prompt_ids) + len(s.response_ids)):
-        L = len(s.prompt_ids) + len(s.response_ids)
-        if batch and (len(batch) + 1) * max(longest, L) > max_tokens:
-            yield batch
+    for row in sorted(parts, key=cost):
+        if batch and (len(batch) + 1) * max(longest, cost(row)) > max_tokens:
+            yield [s for r in batch for s in r]
             batch, longest = [], 0
-        batch.append(s)
-        longest = max(longest, L)
+        batch.append(row)
+        longest = max(longest, cost(row))
     if batch:
-        yield batch
+        yield [s for r in batch for s in r]
 
 
 def logprobs(model, samples, temperature, device):
-    """Per-sample response log-probs of a micro-batch from pack(). (Flash-attention takes no custom
-    mask: there a shared-prompt group goes in the packed row, its prompt repeated.)"""
-    p = samples[0].prompt_ids
-    if (len(samples) > 1 and len(p) >= 2 and all(s.prompt_ids == p for s in samples)
-            and getattr(model.config, "_attn_implementation", None) == "sdpa"):  # needs a custom mask
+    """Per-sample response log-probs of a micro-batch from pack(), in the order of `samples`."""
+    if shares_prompt(model):
         return shared_prompt_logprobs(model, samples, temperature, device)
     return response_logprobs(model, samples, temperature, device)
 
 
 def shared_prompt_logprobs(model, samples, temperature, device):
-    """The K samples of a tree group share one prompt: ONE row holds the prompt once and the K
-    responses after it; the attention mask lets each response see the prompt and its own earlier
-    tokens only, and its positions continue from the prompt's. Saves (K - 1) prompt forwards and
-    backwards per group: most of the compute when responses are short."""
-    P = samples[0].prompt_ids
-    n = len(P) - 1
-    ids, pos, seg, starts = list(P[:-1]), list(range(n)), [0] * n, []
-    for k, s in enumerate(samples):  # response k's input: last prompt token + response[:-1]
-        q = [P[-1]] + list(s.response_ids[:-1])
-        starts.append(len(ids))
-        ids += q
-        pos += range(n, n + len(q))
-        seg += [k + 1] * len(q)
-    seg = torch.tensor(seg, device=device)
-    mask = torch.ones(len(ids), len(ids), dtype=torch.bool, device=device).tril() & (
-        (seg[:, None] == seg[None, :]) | (seg[None, :] == 0))  # causal, within a response or to the prompt
-    hidden = model.model(input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([pos], device=device),
-                         attention_mask=mask[None, None], use_cache=False).last_hidden_state[0]
-    out = []
-    for st, s in zip(starts, samples):
-        logits = model.lm_head(hidden[st: st + len(s.response_ids)]).float() / temperature
-        tgt = torch.tensor(s.response_ids, device=device)
-        out.append(torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0])
+    """One row per distinct prompt: the prompt once, then every response that shares it (a tree group's
+    K samples). The attention mask lets each response see the prompt and its own earlier tokens only;
+    its positions continue from the prompt's. Saves (K - 1) prompt forwards and backwards per group:
+    most of the compute when responses are short. Rows are right-padded; padding sees only padding
+    (no empty softmax row) and nothing real sees it."""
+    rows = {}
+    for i, s in enumerate(samples):
+        rows.setdefault(tuple(s.prompt_ids), []).append(i)
+    built = []
+    for P, idx in rows.items():
+        n = len(P) - 1
+        ids, pos, seg, starts = list(P[:-1]), list(range(n)), [0] * n, []
+        for k, i in enumerate(idx):  # response k's input: last prompt token + response[:-1]
+            q = [P[-1]] + list(samples[i].response_ids[:-1])
+            starts.append(len(ids))
+            ids += q
+            pos += range(n, n + len(q))
+            seg += [k + 1] * len(q)
+        built.append((ids, pos, seg, starts, idx))
+    B, L = len(built), max(len(b[0]) for b in built)
+    ids_t = torch.zeros((B, L), dtype=torch.long)
+    pos_t = torch.zeros((B, L), dtype=torch.long)
+    seg_t = torch.full((B, L), -1)
+    where, tgt = [], []  # (row, position) of every response token's prediction, and its target
+    for b, (ids, pos, seg, starts, idx) in enumerate(built):
+        ids_t[b, : len(ids)], pos_t[b, : len(ids)], seg_t[b, : len(ids)] = (torch.tensor(v) for v in (ids, pos, seg))
+        for st, i in zip(starts, idx):
+            where += [(b, t) for t in range(st, st + len(samples[i].response_ids))]
+            tgt += samples[i].response_ids
+    seg_t = seg_t.to(device)
+    mask = torch.ones(L, L, dtype=torch.bool, device=device).tril() & (
+        (seg_t[:, :, None] == seg_t[:, None, :]) | (seg_t[:, None, :] == 0))  # causal; own response or prompt
+    hidden = model.model(input_ids=ids_t.to(device), position_ids=pos_t.to(device), attention_mask=mask[:, None],
+                         use_cache=False).last_hidden_state
+    bt = torch.tensor(where, device=device)
+    logits = model.lm_head(hidden[bt[:, 0], bt[:, 1]]).float() / temperature  # only rows predicting a response
+    lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tgt, device=device)[:, None])[:, 0]
+    out, o = [None] * len(samples), 0
+    for _, _, _, _, idx in built:
+        for i in idx:
+            out[i] = lp[o: o + len(samples[i].response_ids)]
+            o += len(samples[i].response_ids)
     return out
 
 
@@ -273,7 +293,7 @@ def update(policy, samples, args, device, rng):
     model.eval()
     # old log-probs, recomputed by the trainer before any optimiser step (and the sampler/trainer gap)
     with torch.no_grad():
-        for mb in lockstep(list(pack(samples, args.micro_tokens)), sharded):
+        for mb in lockstep(list(pack(samples, args.micro_tokens, shares_prompt(model))), sharded):
             lps = net(mb or _DUMMY, args.temperature, device)
             for s, lp in zip(mb or [], lps):
                 s.extra["old_logp"] = lp
@@ -303,7 +323,7 @@ def update(policy, samples, args, device, rng):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         sums = torch.zeros(2, dtype=torch.float64)  # loss, clipped tokens
-        for mb in lockstep(list(pack(live, args.micro_tokens)), sharded):
+        for mb in lockstep(list(pack(live, args.micro_tokens, shares_prompt(model))), sharded):
             lps = net(mb or _DUMMY, args.temperature, device)
             if mb is None:  # joins the layers' collectives, adds nothing
                 (torch.cat(lps).sum() * 0.0).backward()

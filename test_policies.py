@@ -120,14 +120,35 @@ def test_non_finite_step_is_skipped(tiny_dir):
 
 def test_pack_respects_budget():
     ss = make_samples(30)
-    mbs = list(P.pack(ss, 64))
-    assert sorted(id(s) for mb in mbs for s in mb) == sorted(id(s) for s in ss)
-    shared = 0
-    for mb in mbs:
-        if len({tuple(s.prompt_ids) for s in mb}) == 1 and len(mb) > 1:  # prompt computed once
-            shared += 1
-            assert len(mb[0].prompt_ids) + len(mb) * max(len(s.response_ids) for s in mb) <= 64
-        else:
-            L = max(len(s.prompt_ids) + len(s.response_ids) for s in mb)
-            assert len(mb) == 1 or len(mb) * L <= 64
-    assert shared > 0
+    for shared in (True, False):
+        mbs = list(P.pack(ss, 64, shared))
+        assert sorted(id(s) for mb in mbs for s in mb) == sorted(id(s) for s in ss)
+        for mb in mbs:
+            rows = {}
+            for s in mb:
+                rows.setdefault(tuple(s.prompt_ids) if shared else id(s), []).append(s)
+            cost = [len(r[0].prompt_ids) + sum(len(s.response_ids) for s in r) for r in rows.values()]
+            assert len(rows) == 1 or len(rows) * max(cost) <= 64  # padded cost within budget
+        if shared:  # a group's prompt is computed once: some micro-batch holds several samples of one prompt
+            assert any(len(mb) > len({tuple(s.prompt_ids) for s in mb}) for mb in mbs)
+            assert any(len({tuple(s.prompt_ids) for s in mb}) > 1 for mb in mbs)  # and several rows
+
+
+def test_shared_prompt_rows_match_one_sample_at_a_time(tiny_dir):
+    pol = new_policy(tiny_dir)
+    ss = make_samples(30)
+    random.Random(1).shuffle(ss)  # groups interleaved: outputs must come back in input order
+    with torch.no_grad():
+        rows = P.shared_prompt_logprobs(pol.model, ss, 0.7, "cpu")
+        alone = [P.response_logprobs(pol.model, [s], 0.7, "cpu")[0] for s in ss]
+    assert len({tuple(s.prompt_ids) for s in ss}) > 1
+    for a, b in zip(rows, alone):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    # and gradients flow through the masked rows exactly as through separate forwards
+    pol.model.zero_grad()
+    torch.cat(P.shared_prompt_logprobs(pol.model, ss, 0.7, "cpu")).sum().backward()
+    g1 = torch.cat([p.grad.flatten() for p in pol.model.parameters()])
+    pol.model.zero_grad()
+    torch.cat([P.response_logprobs(pol.model, [s], 0.7, "cpu")[0] for s in ss]).sum().backward()
+    g2 = torch.cat([p.grad.flatten() for p in pol.model.parameters()])
+    torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-4)
