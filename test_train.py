@@ -102,6 +102,15 @@ def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_stale_tiny_model_is_refused(tmp_path):
+    d = tmp_path / "old-tiny"
+    d.mkdir()
+    (d / "tiny.json").write_text(json.dumps(dict(version=1, sft_steps=150, size=4, seed=0, max_turns=2)))
+    p = run(["--model", "tiny", "--tiny_dir", str(d), "--out_dir", str(tmp_path / "x"), "--steps", "1"], check=False)
+    assert p.returncode == 2 and "built with other settings" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert (d / "tiny.json").exists()  # never deleted for the user
+
+
 @pytest.mark.slow
 def test_torchrun_one_process(tiny_dir, tmp_path):
     out = str(tmp_path / "tr")

@@ -4,12 +4,12 @@ The tokenizer is a byte-level BPE whose pre-tokenizer isolates every character e
 (grids keep their 2-D alignment: merges like `..` hurt a tiny model badly; the instructions' words
 become single tokens, which makes prompts, and so every step, about 2x cheaper), with ChatML specials
 and a chat template. The
-model is a 3-layer Qwen3 (0.67M parameters). With --sft_steps > 0 it gets a short supervised warm-up
+model is a 3-layer Qwen3 (0.79M parameters). With --sft_steps > 0 it gets a short supervised warm-up
 on scripted transcripts of the task's own multi-agent protocol (tool agent proposes moves, planner gives
 the final moves), made by the BFS solver with deliberate noise, so RL starts from a weak but non-zero
 policy. Warm-up problems come from the train split at offset 5,000,000: never the held-out test seeds.
 
-    python tiny.py --out tiny-model                  # demo model (about 1 minute on 2 cores)
+    python tiny.py --out tiny-model                  # demo model (about 2 minutes on 2 cores)
     python tiny.py --out /tmp/t --sft_steps 0        # untrained model for tests (1 s)
 """
 import argparse
@@ -24,6 +24,7 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SFT_OFFSET = 5_000_000
+VERSION = 2  # bump when the tokenizer or warm-up recipe changes: train.py refuses an older build
 
 
 def corpus():
@@ -136,7 +137,7 @@ def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, log=pri
     model.eval()
 
 
-def build(out, sft_steps=150, size=5, seed=0, max_turns=2, log=print):
+def build(out, sft_steps=100, size=5, seed=0, max_turns=2, log=print):
     """Write tokenizer + model (+ warm-up) to `out` atomically; returns `out`."""
     t0 = time.time()
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
@@ -148,7 +149,7 @@ def build(out, sft_steps=150, size=5, seed=0, max_turns=2, log=print):
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     with open(os.path.join(tmp, "tiny.json"), "w") as f:
-        json.dump(dict(sft_steps=sft_steps, size=size, seed=seed, max_turns=max_turns, build_s=round(time.time() - t0, 1)), f)
+        json.dump(dict(version=VERSION, sft_steps=sft_steps, size=size, seed=seed, max_turns=max_turns, build_s=round(time.time() - t0, 1)), f)
     if os.path.exists(out):
         raise FileExistsError(f"{out} exists; refusing to overwrite it")
     os.rename(tmp, out)
@@ -160,7 +161,7 @@ def build(out, sft_steps=150, size=5, seed=0, max_turns=2, log=print):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory to write (must not exist)")
-    ap.add_argument("--sft_steps", type=int, default=150, help="supervised warm-up steps (0: untrained)")
+    ap.add_argument("--sft_steps", type=int, default=100, help="supervised warm-up steps (0: untrained)")
     ap.add_argument("--size", type=int, default=5, help="plan_path grid size of the warm-up transcripts")
     ap.add_argument("--max_turns", type=int, default=2, help="turns per episode in the warm-up transcripts")
     ap.add_argument("--seed", type=int, default=0, help="seed of weights, data and warm-up order")

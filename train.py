@@ -25,9 +25,9 @@ import time
 PRESETS = {
     # the CPU demo: a tiny warm-started model, a 4x4 plan_path grid, two roles with their own policies
     "cpu-demo": dict(task="plan_path", policies="per-role", model="tiny", engine="vllm", device="cpu",
-                     size=4, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=200, K=16, problems=16, mini_batches=4,
-                     lr=1e-4, weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=24, eval_n=200, eval_every=25,
-                     out_dir="runs/cpu-demo", save_every=50, seed=0, tiny_sft_steps=150),
+                     size=4, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=200, K=16, problems=16, mini_batches=8,
+                     lr=2e-4, weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=24, eval_n=200, eval_every=25,
+                     out_dir="runs/cpu-demo", save_every=50, seed=0, tiny_sft_steps=100),
     # the paper's settings (Qwen3 models, GPUs); also the plain defaults below
     "paper": dict(),
 }
@@ -103,7 +103,7 @@ def get_args(argv=None):
     A("--eval_every", type=int, default=0, help="also evaluate every N steps (0: only before/after)")
     A("--log_samples", type=int, default=2, help="completions per role written to samples.jsonl each step")
     A("--tiny_dir", default="tiny-model", help="where --model tiny lives (built by tiny.py if absent)")
-    A("--tiny_sft_steps", type=int, default=150, help="warm-up steps when building the tiny model")
+    A("--tiny_sft_steps", type=int, default=100, help="warm-up steps when building the tiny model")
     argv = sys.argv[1:] if argv is None else argv
     pre, _ = ap.parse_known_args(argv)
     if pre.preset is not None:
@@ -250,6 +250,20 @@ def latest_checkpoint(out_dir):
     return ckpt if done else None
 
 
+def check_tiny(model_dir, a):
+    """A tiny model built by another recipe (older tiny.py, other warm-up) would silently change the demo."""
+    import tiny
+    try:
+        with open(os.path.join(model_dir, "tiny.json")) as f:
+            got = json.load(f)
+    except (OSError, ValueError):
+        die(f"{model_dir} is not a tiny.py build (no readable tiny.json); remove it or pass --tiny_dir")
+    want = dict(version=tiny.VERSION, sft_steps=a.tiny_sft_steps, max_turns=a.max_turns)
+    bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    if bad:
+        die(f"{model_dir} was built with other settings {bad} (found, wanted); remove it or pass another --tiny_dir")
+
+
 def init_distributed(a):
     """torchrun sets RANK/WORLD_SIZE; plain python is rank 0 of 1. FSDP without torchrun (the default on
     one GPU) becomes a 1-rank group, so one GPU and eight run the same code. Returns rank, world, local."""
@@ -311,6 +325,7 @@ def main(argv=None):
                 size = (a.size or 10) if a.task == "plan_path" else 4  # it only knows plan_path
                 tiny.build(model_dir, sft_steps=a.tiny_sft_steps, size=size, seed=a.seed, max_turns=a.max_turns, log=log)
         barrier()
+        check_tiny(model_dir, a)
     torch.manual_seed(a.seed + rank)
     rng = random.Random(a.seed * 1000 + rank)
     dtype = getattr(torch, a.dtype)  # the engine's; FSDP keeps fp32 master weights and computes in this
