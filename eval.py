@@ -40,7 +40,9 @@ def resolve_models(model, role_models, roles):
     return out
 
 
-def run_eval(a):
+def run_eval(a, engines=None):
+    """`engines`: a dict kept across calls to reuse one engine (table.py evaluates every row on one
+    vLLM engine, swapping weights: starting an engine costs ~25 s on the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     import rollout as R
@@ -52,8 +54,12 @@ def run_eval(a):
     models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, a.dtype)).eval() for d in names}
     tok = AutoTokenizer.from_pretrained(dirs[roles[0]])
     limit = getattr(models[names[0]].config, "max_position_embeddings", 4096)
-    engine = R.make_engine(a.engine, names[0], device=a.device, dtype=a.dtype, seed=a.seed,
-                           max_model_len=min(limit, a.max_prompt_tokens + a.max_tokens))
+    spec = (a.engine, a.device, a.dtype, a.seed, min(limit, a.max_prompt_tokens + a.max_tokens))
+    engine = (engines or {}).get(spec)
+    if engine is None:
+        engine = R.make_engine(a.engine, names[0], device=a.device, dtype=a.dtype, seed=a.seed, max_model_len=spec[-1])
+        if engines is not None:
+            engines[spec] = engine
     sampler = R.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
     res = R.evaluate(lambda i: train.make_env(a, a.split, i), a.n, sampler, a.temperature, a.max_tokens,
                      a.samples, min(a.max_prompt_tokens, limit - a.max_tokens))
@@ -87,7 +93,7 @@ def plot(run_dir):
     print(f"wrote {out}")
 
 
-def main(argv=None):
+def main(argv=None, engines=None):
     ap = train.Parser(description="Evaluate a task's workflow. See the docstring of eval.py.")
     A = ap.add_argument
     A("--plot", default=None, help="run directory: draw its metrics.jsonl curves to curves.png and exit")
@@ -115,7 +121,7 @@ def main(argv=None):
         train.die(f"unknown --split {a.split!r}; choose from train, val, test")
     train.check_common(a)
     a.n = min(a.n, train.problem_count(a, a.split) or a.n)  # a dataset holds only so many problems
-    res = run_eval(a)
+    res = run_eval(a, engines)
     print(f"{a.task} ({a.workflow}, {a.split}, n={a.n}, samples={a.samples}, T={a.temperature})")
     for k in ["success", f"pass@{a.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
         v = res[k]

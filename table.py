@@ -14,9 +14,10 @@ seed, the same step budget and problems/step, measured by eval.py on the same he
     MAS + AT-GRPO per-role       tree sampling, one policy per role
     ablation: parallel sampling  per-role, but K independent episodes instead of tree sampling
     ablation: roles swapped      the per-role run's tool model serves the planner and vice versa
-Each training and each evaluation is a separate `train.py` / `eval.py` process, exactly as a user
-runs them; finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted
-table resumes where it stopped.
+Each training is a separate `train.py` process, exactly as a user runs it; then every row is
+evaluated by eval.py's own main() in this process, on one engine whose weights are swapped per row.
+Finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted table resumes
+where it stopped.
 """
 import argparse
 import json
@@ -78,7 +79,7 @@ def main(argv=None):
                    str(DEMO["mini_batches"]), "--lr", str(DEMO["lr"]), "--weight_decay", "0", "--warmup", "0",
                    "--temperature", str(DEMO["temperature"]), "--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1",
                    "--seed", str(a.seed), "--model", a.tiny_dir]
-    rows, ckpts = [], {}
+    ckpts, evals = {}, []  # first train every row (one train.py process each), then evaluate them all
     for name, tflags, eflags in ROWS:
         run_dir = os.path.join(a.out_dir, slug(name))
         if isinstance(tflags, list):  # train this row (unless its final checkpoint exists)
@@ -96,10 +97,17 @@ def main(argv=None):
             eflags = []
         else:
             model = ["--model", a.tiny_dir]
-        out = os.path.join(a.out_dir, f"eval-{slug(name)}.json")
+        evals.append((name, [*TASK_FLAGS, *model, *eflags, "--n", str(a.eval_n), "--seed", str(a.seed),
+                             "--split", "test", "--json", os.path.join(a.out_dir, f"eval-{slug(name)}.json")]))
+    # every row is evaluated in THIS process on one engine (weights swapped per row), as `python eval.py
+    # ARGS` would: 7 eval processes would each start vLLM (~25 s on the CPU) and import torch again
+    import eval as E
+    rows, engines = [], {}
+    for name, args in evals:
+        out = args[-1]
         if not os.path.exists(out):
-            sh([py, "eval.py", *TASK_FLAGS, *model, *eflags, "--n", str(a.eval_n), "--seed", str(a.seed),
-                "--split", "test", "--json", out], log)
+            print("$ python eval.py " + " ".join(args), flush=True)
+            E.main(args, engines)
         r = json.load(open(out))
         rows.append({"row": name, "success": r["success"], "turns": r["turns"],
                      **{k: v for k, v in r.items() if k.startswith("reward/")}})
