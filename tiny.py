@@ -5,9 +5,9 @@ and moves keep one token per character, so grids keep their 2-D alignment: merge
 model badly; the instructions' words become single tokens, which halves the demo's prompts), with
 ChatML specials and a chat template. The model is a 3-layer Qwen3 (0.79M parameters). With
 --sft_steps > 0 it gets a short supervised warm-up on scripted transcripts of the task's own
-multi-agent protocol (tool agent proposes moves, planner gives the final moves), made by the BFS solver
-with deliberate noise, so RL starts from a weak but non-zero policy. Warm-up problems come from the
-train split at offset 5,000,000: never the held-out test seeds.
+multi-agent protocol (tool agent proposes moves; planner keeps a proposal that solves, else gives its
+own moves), made by the BFS solver with deliberate noise, so RL starts from a weak but non-zero
+policy. Warm-up problems come from the train split at offset 5,000,000: never the held-out test seeds.
 
     python tiny.py --out tiny-model                  # demo model (about 2 minutes on 2 cores)
     python tiny.py --out /tmp/t --sft_steps 0        # untrained model for tests (1 s)
@@ -24,7 +24,7 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SFT_OFFSET = 5_000_000
-VERSION = 2  # bump when the tokenizer or warm-up recipe changes: train.py refuses an older build
+VERSION = 3  # bump when the tokenizer or warm-up recipe changes: train.py refuses an older build
 
 
 def corpus():
@@ -83,7 +83,18 @@ def noisy(path, rng, p_correct):
     return path[:i] + rng.choice("UDLR") + path[i:]
 
 
-def transcripts(n, size, seed, p_correct=0.5, p_copy=0.5, max_turns=2):
+def scripted_planner(env, proposal, rng, p_correct):
+    """The warm-up planner checks the tool's proposal: it keeps a proposal that solves the current state,
+    else answers itself (the solver's path, noisy). A planner that copied blindly (as an earlier recipe
+    did half the time) learns to trust the tool, and tree sampling, which shows it the BEST of K
+    proposals, then rewards copying: team success stayed capped by the tool's greedy accuracy."""
+    import envs
+    if env.score(envs.parse_moves(proposal))[0] > 0:
+        return proposal
+    return noisy(env.reference("planner"), rng, p_correct)
+
+
+def transcripts(n, size, seed, p_correct=0.5, max_turns=2):
     """(messages, answer) pairs of the MAS protocol (and some single-agent ones) on train problems."""
     import envs
     rng = random.Random(seed)
@@ -99,8 +110,7 @@ def transcripts(n, size, seed, p_correct=0.5, p_copy=0.5, max_turns=2):
         tool = noisy(env.reference("tool"), rng, p_correct)
         yield env.prompt("tool"), tool
         env.step("tool", tool)
-        planner = tool if rng.random() < p_copy else noisy(env.reference("planner"), rng, p_correct)
-        yield env.prompt("planner"), planner
+        yield env.prompt("planner"), scripted_planner(env, tool, rng, p_correct)
         if rng.random() < 0.3:  # the single-agent workflow's prompt, for the baseline rows
             single = envs.make("plan_path", "train", SFT_OFFSET + i, workflow="single", **opts)
             yield single.prompt("planner"), noisy(single.reference("planner"), rng, p_correct)
@@ -140,7 +150,8 @@ def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, log=pri
 def build(out, sft_steps=100, size=5, seed=0, max_turns=2, log=print):
     """Write tokenizer + model (+ warm-up) to `out` atomically; returns `out`."""
     t0 = time.time()
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    if "OMP_NUM_THREADS" not in os.environ:  # honour a caller's thread cap (two jobs sharing 2 cores)
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     tok = build_tokenizer()
     model = build_model(tok, seed)
     if sft_steps > 0:
