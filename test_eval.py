@@ -76,7 +76,7 @@ def test_one_engine_for_many_evals_equals_fresh_processes(ckpt, tmp_path):
     """table.py evaluates every row on one engine, swapping weights: no trace of the previous row may stay."""
     swapped = ["--role_model", f"tool={ckpt}/planner", "--role_model", f"planner={ckpt}/tool"]
     runs = [ARGS + ["--model", ckpt], ARGS + ["--model", ckpt] + swapped, ARGS + ["--model", ckpt, "--workflow", "single"]]
-    fresh, reused = [], []
+    fresh = []
     for i, args in enumerate(runs):
         j = str(tmp_path / f"fresh{i}.json")
         assert run(args + ["--json", j]).returncode == 0
