@@ -348,10 +348,10 @@ def update(policy, samples, args, device, rng):
             m["skipped_steps"] += 1
         else:
             policy.opt.step()
-        policy.sched.step()
         m["loss"] += loss_sum / n_mini
         m["grad_norm"] = max(m["grad_norm"], float(gn))
         m["clipfrac"] += clip_sum / max(denom, 1.0) / n_mini
+    policy.sched.step()  # once per training step, not per mini-batch: --warmup and --steps count steps
     model.eval()
     m["logp_gap"] = all_reduce_(torch.tensor(m["logp_gap"]), "max").item()
     for s in samples:

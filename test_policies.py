@@ -152,3 +152,16 @@ def test_shared_prompt_rows_match_one_sample_at_a_time(tiny_dir):
     torch.cat([P.response_logprobs(pol.model, [s], 0.7, "cpu")[0] for s in ss]).sum().backward()
     g2 = torch.cat([p.grad.flatten() for p in pol.model.parameters()])
     torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-4)
+
+
+def test_lr_schedule_counts_training_steps_not_mini_batches(tiny_dir):
+    """--warmup and --steps are training steps: 4 mini-batches per step must not run the schedule 4x."""
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    pol = P.Policy("tool", m, lr=1e-3, weight_decay=0.0, warmup=2, total_steps=10, schedule="cosine")
+    lrs = []
+    for _ in range(4):
+        P.update(pol, make_samples(12), args(mini_batches=4), "cpu", random.Random(0))
+        lrs.append(pol.sched.get_last_lr()[0])
+    cos = lambda t: 1e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+    assert lrs == pytest.approx([1e-3, cos(0), cos(1 / 8), cos(2 / 8)])  # lr after 1..4 steps: warm-up ends, cosine
