@@ -76,7 +76,7 @@ def main(argv=None):
                    max_turns=DEMO["max_turns"])
     py = sys.executable
     train_flags = ["--K", str(DEMO["K"]), "--problems", str(DEMO["problems"]), "--mini_batches",
-                   str(DEMO["mini_batches"]), "--lr", str(DEMO["lr"]), "--weight_decay", "0", "--warmup", "0",
+                   str(DEMO["mini_batches"]), "--lr", str(DEMO["lr"]), "--lr_schedule", DEMO["lr_schedule"], "--weight_decay", "0", "--warmup", "0",
                    "--temperature", str(DEMO["temperature"]), "--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1",
                    "--seed", str(a.seed), "--model", a.tiny_dir]
     ckpts, evals = {}, []  # first train every row (one train.py process each), then evaluate them all

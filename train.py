@@ -25,8 +25,8 @@ import time
 PRESETS = {
     # the CPU demo: a tiny warm-started model, a 4x4 plan_path grid, two roles with their own policies
     "cpu-demo": dict(task="plan_path", policies="per-role", model="tiny", engine="vllm", device="cpu",
-                     size=4, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=200, K=16, problems=16, mini_batches=8,
-                     lr=2e-4, weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=24, eval_n=200, eval_every=25,
+                     size=4, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=200, K=8, problems=32, mini_batches=8,
+                     lr=2e-4, lr_schedule="cosine", weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=24, eval_n=200, eval_every=25,
                      out_dir="runs/cpu-demo", save_every=50, seed=0, tiny_sft_steps=100),
     # the paper's settings (Qwen3 models, GPUs); also the plain defaults below
     "paper": dict(),
