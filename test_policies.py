@@ -58,10 +58,10 @@ def args(**kw):
     return SimpleNamespace(**d)
 
 
-def new_policy(tiny_dir, name="tool"):
+def new_policy(tiny_dir, name="tool", warmup=0, schedule="constant"):
     from transformers import AutoModelForCausalLM
     m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
-    return P.Policy(name, m, lr=1e-3, weight_decay=0.0, warmup=0, total_steps=10)
+    return P.Policy(name, m, lr=1e-3, weight_decay=0.0, warmup=warmup, total_steps=10, schedule=schedule)
 
 
 def test_padded_and_single_logprobs_agree(tiny_dir):
@@ -156,9 +156,7 @@ def test_shared_prompt_rows_match_one_sample_at_a_time(tiny_dir):
 
 def test_lr_schedule_counts_training_steps_not_mini_batches(tiny_dir):
     """--warmup and --steps are training steps: 4 mini-batches per step must not run the schedule 4x."""
-    from transformers import AutoModelForCausalLM
-    m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
-    pol = P.Policy("tool", m, lr=1e-3, weight_decay=0.0, warmup=2, total_steps=10, schedule="cosine")
+    pol = new_policy(tiny_dir, warmup=2, schedule="cosine")
     lrs = []
     for _ in range(4):
         P.update(pol, make_samples(12), args(mini_batches=4), "cpu", random.Random(0))

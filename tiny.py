@@ -88,8 +88,7 @@ def scripted_planner(env, proposal, rng, p_correct):
     else answers itself (the solver's path, noisy). A planner that copied blindly (as an earlier recipe
     did half the time) learns to trust the tool, and tree sampling, which shows it the BEST of K
     proposals, then rewards copying: team success stayed capped by the tool's greedy accuracy."""
-    import envs
-    if env.score(envs.parse_moves(proposal))[0] > 0:
+    if env.score(env.parse(proposal))[0] > 0:
         return proposal
     return noisy(env.reference("planner"), rng, p_correct)
 
