@@ -38,3 +38,28 @@ def test_foreign_nonempty_dir_refused(tmp_path):
     with pytest.raises(SystemExit):
         table.check_settings(args(tmp_path))
     assert not (tmp_path / "table-settings.json").exists()
+
+
+@pytest.mark.slow
+def test_table_end_to_end_then_resume(tiny_dir, tmp_path, monkeypatch):
+    """One training step per row (4 real train.py processes, vLLM-CPU), every row evaluated; a second
+    call trains nothing and re-evaluates only a missing piece, to the same number."""
+    d = tmp_path / "t"
+    argv = ["--steps", "1", "--eval_n", "4", "--out_dir", str(d), "--tiny_dir", tiny_dir]
+    res = table.main(argv)
+    assert [r["row"] for r in res["rows"]] == [name for name, _, _ in table.ROWS]
+    assert all(0.0 <= r["success"] <= 1.0 and r["turns"] >= 1 for r in res["rows"])
+    trained = [name for name, t, _ in table.ROWS if isinstance(t, list)]
+    for name in trained:
+        assert (d / table.slug(name) / "ckpt-000001").is_dir(), name
+    ev = {name: json.load(open(d / f"eval-{table.slug(name)}.json")) for name, _, _ in table.ROWS}
+    assert ev["single agent"]["settings"]["workflow"] == "single" and ev["MAS, untrained"]["settings"]["workflow"] == "mas"
+    assert ev["single agent + GRPO"]["settings"]["model"].endswith("single-agent---grpo/ckpt-000001")
+    ck = ev["MAS + AT-GRPO per-role"]["settings"]["model"]
+    assert ev["MAS + AT-GRPO per-role"]["models"] == {"tool": f"{ck}/tool", "planner": f"{ck}/planner"}
+    assert ev["ablation: per-role models swapped"]["models"] == {"tool": f"{ck}/planner", "planner": f"{ck}/tool"}
+    monkeypatch.setattr(table, "sh", lambda *a: pytest.fail("trained again although every checkpoint exists"))
+    os.remove(d / "eval-mas---at-grpo-per-role.json")
+    again = table.main(argv)
+    assert again["rows"] == res["rows"]
+    assert (d / "eval-mas---at-grpo-per-role.json").exists()
