@@ -40,6 +40,13 @@ def resolve_models(model, role_models, roles):
     return out
 
 
+def shape(cfg):
+    """What an engine's weights must match: a model of another shape needs its own engine."""
+    return tuple(getattr(cfg, k, None) for k in ("model_type", "vocab_size", "hidden_size", "intermediate_size",
+                                                 "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                                 "head_dim", "tie_word_embeddings"))
+
+
 def run_eval(a, engines=None):
     """`engines`: a dict kept across calls to reuse one engine (table.py evaluates every row on one
     vLLM engine, swapping weights: starting an engine costs ~25 s on the CPU)."""
@@ -53,8 +60,12 @@ def run_eval(a, engines=None):
     names = sorted(set(dirs.values()))
     models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, a.dtype)).eval() for d in names}
     tok = AutoTokenizer.from_pretrained(dirs[roles[0]])
+    shapes = {d: shape(models[d].config) for d in names}
+    if len(set(shapes.values())) > 1:  # one engine serves every role: their weights must fit one model
+        train.die("the roles' models differ in shape (one engine serves every role): "
+                  + "; ".join(f"{d}: {s}" for d, s in shapes.items()))
     limit = getattr(models[names[0]].config, "max_position_embeddings", 4096)
-    spec = (a.engine, a.device, a.dtype, a.seed, min(limit, a.max_prompt_tokens + a.max_tokens))
+    spec = (a.engine, a.device, a.dtype, a.seed, shapes[names[0]], min(limit, a.max_prompt_tokens + a.max_tokens))
     engine = (engines or {}).get(spec)
     if engine is None:
         engine = R.make_engine(a.engine, names[0], device=a.device, dtype=a.dtype, seed=a.seed, max_model_len=spec[-1])

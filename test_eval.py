@@ -35,6 +35,19 @@ def ckpt(tiny_dir, tmp_path_factory):
     return str(d)
 
 
+@pytest.fixture(scope="module")
+def other_shape(tiny_dir, tmp_path_factory):
+    """The tiny model with half its MLP width: an engine for tiny_dir cannot take its weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    d = str(tmp_path_factory.mktemp("shape") / "m")
+    cfg = AutoConfig.from_pretrained(tiny_dir)
+    cfg.intermediate_size //= 2
+    torch.manual_seed(1)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    AutoTokenizer.from_pretrained(tiny_dir).save_pretrained(d)
+    return d
+
+
 @pytest.mark.slow
 def test_same_numbers_twice_and_json_fields(ckpt, tmp_path):
     outs = []
@@ -64,7 +77,9 @@ def test_role_model_swap_changes_routing(ckpt, tmp_path):
     assert ra["examples"]["planner"] != rb["examples"]["planner"]
 
 
-def test_bad_input(tmp_path):
+def test_bad_input(tmp_path, ckpt, other_shape):
+    p = run(ARGS + ["--model", ckpt, "--role_model", f"planner={other_shape}"])
+    assert p.returncode == 2 and "differ in shape" in p.stderr and "Traceback" not in p.stderr
     p = run(ARGS + ["--model", str(tmp_path)])
     assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr
     p = run(["--plot", str(tmp_path)])
@@ -72,10 +87,12 @@ def test_bad_input(tmp_path):
 
 
 @pytest.mark.slow
-def test_one_engine_for_many_evals_equals_fresh_processes(ckpt, tmp_path):
-    """table.py evaluates every row on one engine, swapping weights: no trace of the previous row may stay."""
+def test_one_engine_for_many_evals_equals_fresh_processes(ckpt, other_shape, tmp_path):
+    """table.py evaluates every row on one engine, swapping weights: no trace of the previous row may stay.
+    A model of another shape gets an engine of its own."""
     swapped = ["--role_model", f"tool={ckpt}/planner", "--role_model", f"planner={ckpt}/tool"]
-    runs = [ARGS + ["--model", ckpt], ARGS + ["--model", ckpt] + swapped, ARGS + ["--model", ckpt, "--workflow", "single"]]
+    runs = [ARGS + ["--model", ckpt], ARGS + ["--model", ckpt] + swapped, ARGS + ["--model", ckpt, "--workflow", "single"],
+            ARGS + ["--model", other_shape]]
     fresh = []
     for i, args in enumerate(runs):
         j = str(tmp_path / f"fresh{i}.json")
@@ -86,7 +103,7 @@ def test_one_engine_for_many_evals_equals_fresh_processes(ckpt, tmp_path):
             "print('engines', len(e))")
     argv = [a + ["--json", str(tmp_path / f"reused{i}.json")] for i, a in enumerate(runs)]
     p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, cwd=HERE, timeout=600)
-    assert p.returncode == 0 and "engines 1" in p.stdout, p.stderr[-2000:]
+    assert p.returncode == 0 and "engines 2" in p.stdout, p.stderr[-2000:]
     for i, f in enumerate(fresh):
         r = json.load(open(tmp_path / f"reused{i}.json"))
         for k in ("success", "turns", "tokens", "examples"):
