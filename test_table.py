@@ -1,4 +1,5 @@
-"""table.py reuses finished pieces by name, so it must refuse a directory made with other settings.
+"""table.py: the whole table end to end (one step per row) and its resume; since finished pieces are
+reused by name, a directory made with other settings is refused.
 
     python -m pytest -q test_table.py
 """
