@@ -14,13 +14,21 @@ action (directly, or by a program run in the sandbox), the planner sees it and g
 progress (-1 for unparseable output). math: tool agent (program printing the answer) and reasoner
 (\\boxed{}); code: coder and unit-tester. `workflow="single"` keeps one role (planner, reasoner, coder).
 
-Seeds: every procedural instance owns its RNG seeded from (split, index); splits use disjoint seed ranges,
-so a test instance is never a training instance. The global RNG is never touched. math and code read
-real datasets through data.py (index wraps around the dataset).
+Splits: every procedural instance owns its RNG, seeded from (split, index) in disjoint seed ranges, AND
+a board belongs to the split that a hash of its content names (`split_of`): the generator redraws until
+its board hashes into the requested split. Small boards repeat across seeds, so disjoint seeds alone let
+test boards into training; by content they never can, at any run length, with no list of boards kept.
+The global RNG is never touched. math and code read real datasets through data.py (index wraps around).
+
+Success: one predicate decides the team reward and `env.success` (games: `score`'s "solved", i.e. the
+WHOLE answer is legal and ends in the solved state). An illegal move list (into a wall, off the grid, a
+box that cannot move) executes up to the blocked move: the agent stays where the walk stopped, the
+history shows exactly the executed moves, and the answer never counts as a solve.
 
     python -m pytest -q test_envs.py
 """
 import copy
+import hashlib
 import random
 import re
 from collections import deque
@@ -29,9 +37,23 @@ from functools import lru_cache
 TASKS = ("plan_path", "sudoku", "sokoban", "math", "code")
 SPLIT_SEED = {"train": 0, "val": 10_000_000, "test": 20_000_000}  # disjoint ranges of instance seeds
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+BACK = {"U": "D", "D": "U", "L": "R", "R": "L"}
 # task-specific options make() accepts, besides max_turns, alpha, workflow (and tool_mode for games)
 TASK_OPTS = {"plan_path": ("size", "wall_prob", "tool_mode"), "sudoku": ("size", "tool_mode"),
              "sokoban": ("size", "boxes", "tool_mode"), "math": ("data",), "code": ("data",)}
+
+
+SPLIT_SHARE = (("test", 0.1), ("val", 0.1), ("train", 0.8))  # of all boards, by content hash
+
+
+def split_of(content):
+    """The split a board belongs to: a pure function of its content (any repr-able canonical key)."""
+    u = int(hashlib.sha256(repr(content).encode()).hexdigest()[:12], 16) / 16 ** 12
+    for split, share in SPLIT_SHARE:
+        if u < share:
+            return split
+        u -= share
+    return SPLIT_SHARE[-1][0]
 
 
 def make(task, split="train", index=0, **opts):
@@ -44,7 +66,7 @@ def make(task, split="train", index=0, **opts):
     cls = {"plan_path": PlanPath, "sudoku": Sudoku, "sokoban": Sokoban, "math": Math, "code": Code}[task]
     if task in ("math", "code"):
         return cls(split, index, **opts)
-    return cls(seed=SPLIT_SEED[split] + index, **opts)
+    return cls(seed=SPLIT_SEED[split] + index, split=split, **opts)
 
 
 def count(task, split="train", data=None):
@@ -99,8 +121,9 @@ def _check_common(max_turns, workflow, tool_mode="code"):
 class Game:
     """The flow the three game tasks share. A subclass sets TITLE, ASK (tool code / tool direct /
     planner instructions) and defines: parse(text) -> action or None, score(action) -> (team, local)
-    without changing the state, apply(action), solved(), state_text(), history_text(), show(action),
-    solution() -> the action that solves the current state."""
+    without changing the state (team = 1 exactly when the action solves: the ONE success predicate),
+    apply(action), state_text(), history_text(), show(action), solution() -> the action that solves
+    the current state."""
 
     def _init_flow(self, max_turns, alpha, tool_mode, workflow):
         _check_common(max_turns, workflow, tool_mode)
@@ -134,7 +157,7 @@ class Game:
             team, local = self.score(act)
             if act is not None:
                 self.apply(act)
-            self.success = self.solved()
+            self.success = team > 0  # the reward's own "solved": never a second, looser check
             self.turn += 1
             self.proposal = None
             self.done = self.success or self.turn >= self.max_turns
@@ -175,7 +198,7 @@ class PlanPath(Game):
            "direct": "Propose moves from A to G (U up, D down, L left, R right). Reply with the moves only.",
            "planner": "Give the final moves from A to G (U up, D down, L left, R right). Reply with the moves only."}
 
-    def __init__(self, seed, size=10, wall_prob=0.22, min_dist=2, max_turns=4, alpha=1.0,
+    def __init__(self, seed, split="train", size=10, wall_prob=0.22, min_dist=2, max_turns=4, alpha=1.0,
                  tool_mode="code", workflow="mas", max_moves=None):
         if size < 3:
             raise ValueError(f"plan_path size must be >= 3, got {size}")
@@ -189,6 +212,10 @@ class PlanPath(Game):
             if len(free) < 2:
                 continue
             start, goal = rng.sample(free, 2)
+            # the split is decided by the map (walls + goal), not the start: every state a training
+            # episode walks through on a map is then off the other splits too
+            if split_of(self.board_key(size, walls, goal)) != split:
+                continue
             dist = bfs(walls, goal, size)
             if dist.get(start, -1) >= min_dist:
                 break
@@ -196,6 +223,10 @@ class PlanPath(Game):
             raise RuntimeError(f"plan_path: no solvable grid for seed {seed} (size {size})")
         self.walls, self.goal, self.pos, self.dist = frozenset(walls), goal, start, dist
         self.history = []  # planner moves applied so far, one string per turn
+
+    @staticmethod
+    def board_key(size, walls, goal):
+        return ("plan_path", size, tuple(sorted(walls)), goal)
 
     def grid_text(self):
         cell = lambda p: "A" if p == self.pos else "G" if p == self.goal else "#" if p in self.walls else "."
@@ -205,41 +236,43 @@ class PlanPath(Game):
         return f"Grid (A you, G goal, # wall):\n{self.grid_text()}"
 
     def history_text(self):
-        return f"Moves so far: {''.join(self.history)}\n" if self.history else ""
+        moves = "".join(self.history)
+        return f"Moves so far: {moves}\n" if moves else ""
 
     parse = staticmethod(parse_moves)
     show = staticmethod(str)
 
     def walk(self, moves):
-        """Follow moves from the current position. Returns (end, legal): the walk stops at the first
-        move into a wall or off the grid (legal=False). Passing over the goal does not end it: the
-        answer must END at the goal, else a long random walk would "solve" small grids by accident."""
+        """Follow moves from the current position. Returns (end, executed): the walk stops before the
+        first move into a wall or off the grid (or past max_moves); the answer is legal iff executed ==
+        moves. Passing over the goal does not end it: the answer must END at the goal, else a long
+        random walk would "solve" small grids by accident."""
         pos = self.pos
-        for m in moves[: self.max_moves]:
+        for k, m in enumerate(moves[: self.max_moves]):
             dr, dc = MOVES[m]
             n = (pos[0] + dr, pos[1] + dc)
             if not (0 <= n[0] < self.size and 0 <= n[1] < self.size) or n in self.walls:
-                return pos, False
+                return pos, moves[:k]
             pos = n
-        return pos, len(moves) <= self.max_moves
+        return pos, moves[: self.max_moves]
 
     def score(self, moves):
-        """local = progress in BFS distance, (d_before - d_after) / d_before, + 1 if solved."""
+        """team = 1 iff the whole answer is legal and ends on the goal; local = progress in BFS distance
+        to where the walk stopped, (d_before - d_after) / d_before, + team."""
         if moves is None:
             return 0.0, -1.0  # unparseable output: a defined format penalty
-        end, legal = self.walk(moves)
+        end, done = self.walk(moves)
         d0, d1 = self.dist[self.pos], self.dist[end]
-        solved = float(end == self.goal and legal)
-        return solved, (d0 - d1) / d0 + solved
+        solved = float(end == self.goal and done == moves)
+        return solved, (d0 - d1) / max(d0, 1) + solved  # d0 = 0: stopped on the goal by a bump
 
     def apply(self, moves):
-        self.pos, _ = self.walk(moves)
-        self.history.append(moves[: self.max_moves])
-
-    def solved(self):
-        return self.pos == self.goal
+        self.pos, done = self.walk(moves)
+        self.history.append(done)  # exactly the executed moves
 
     def solution(self):
+        if self.pos == self.goal:  # stopped here by an illegal answer: unsolved; step off and back
+            return next(m + BACK[m] for m in MOVES if self.walk(m + BACK[m]) == (self.goal, m + BACK[m]))
         path, pos = "", self.pos
         while pos != self.goal:
             for m, (dr, dc) in MOVES.items():
@@ -319,26 +352,33 @@ class Sudoku(Game):
            "direct": "Propose the solved grid, one row of digits per line. Reply with the grid only.",
            "planner": "Give the final solved grid, one row of digits per line. Reply with the grid only."}
 
-    def __init__(self, seed, size=4, max_turns=4, alpha=1.0, tool_mode="code", workflow="mas"):
+    def __init__(self, seed, split="train", size=4, max_turns=4, alpha=1.0, tool_mode="code", workflow="mas"):
         if size not in (4, 9):
             raise ValueError(f"sudoku size must be 4 or 9, got {size}")
         self._init_flow(max_turns, alpha, tool_mode, workflow)
         n, rng = size, random.Random(f"sudoku/{seed}/{size}")
         self.n = n
-        # a random full grid: shuffle digits, rows within bands, bands (keeps validity), from a base pattern
+        # a random full grid: shuffle digits, rows within bands, bands (keeps validity), from a base pattern;
+        # then remove cells while the solution stays unique, up to ~65% holes. The split is decided by the
+        # puzzle (its givens). Not by the solution grid: this generator makes only ~100 distinct 4x4 grids,
+        # which would leave a test split of about ten answers.
         b = int(n ** 0.5)
-        digits = rng.sample(range(1, n + 1), n)
-        rows = [g * b + r for g in rng.sample(range(b), b) for r in rng.sample(range(b), b)]
-        cols = [g * b + c for g in rng.sample(range(b), b) for c in rng.sample(range(b), b)]
-        self.solution_grid = [digits[(b * (r % b) + r // b + c) % n] for r in rows for c in cols]
-        # remove cells while the solution stays unique, up to ~65% holes
-        grid = list(self.solution_grid)
-        for i in rng.sample(range(n * n), n * n):
-            if sum(v == 0 for v in grid) >= int(0.65 * n * n):
+        for _ in range(10_000):
+            digits = rng.sample(range(1, n + 1), n)
+            rows = [g * b + r for g in rng.sample(range(b), b) for r in rng.sample(range(b), b)]
+            cols = [g * b + c for g in rng.sample(range(b), b) for c in rng.sample(range(b), b)]
+            self.solution_grid = [digits[(b * (r % b) + r // b + c) % n] for r in rows for c in cols]
+            grid = list(self.solution_grid)
+            for i in rng.sample(range(n * n), n * n):
+                if sum(v == 0 for v in grid) >= int(0.65 * n * n):
+                    break
+                v, grid[i] = grid[i], 0
+                if len(sudoku_solve(grid, n)) != 1:
+                    grid[i] = v
+            if split_of(("sudoku", n, tuple(grid))) == split:
                 break
-            v, grid[i] = grid[i], 0
-            if len(sudoku_solve(grid, n)) != 1:
-                grid[i] = v
+        else:
+            raise RuntimeError(f"sudoku: no {split} puzzle for seed {seed}")
         self.givens, self.grid = tuple(grid), list(grid)
 
     def parse(self, text):
@@ -373,11 +413,8 @@ class Sudoku(Game):
         return solved, (self.correct(grid) - self.correct(self.grid)) / holes + solved
 
     def apply(self, grid):
-        if self.valid(grid):
+        if self.valid(grid):  # an invalid grid is rejected whole: the state does not change
             self.grid = list(grid)
-
-    def solved(self):
-        return all(self.grid) and self.valid(self.grid)
 
     def show(self, grid):
         return "\n".join("".join(str(v) if v else "." for v in grid[r * self.n:(r + 1) * self.n])
@@ -432,8 +469,8 @@ class Sokoban(Game):
            "planner": "Give the final moves that push every box (B) onto a goal (O) (U up, D down, L left, "
                       "R right). Reply with the moves only."}
 
-    def __init__(self, seed, size=6, boxes=1, max_turns=4, alpha=1.0, tool_mode="code", workflow="mas",
-                 min_moves=3, max_moves=200):
+    def __init__(self, seed, split="train", size=6, boxes=1, max_turns=4, alpha=1.0, tool_mode="code",
+                 workflow="mas", min_moves=3, max_moves=200):
         if not 5 <= size <= 12:
             raise ValueError(f"sokoban size must be in [5, 12], got {size}")
         if not 1 <= boxes <= (size - 2) ** 2 // 4:
@@ -441,7 +478,7 @@ class Sokoban(Game):
         self._init_flow(max_turns, alpha, tool_mode, workflow)
         self.size, self.max_moves = size, max_moves
         for attempt in range(1000):
-            level = self._generate(random.Random(f"sokoban/{seed}/{size}/{boxes}/{attempt}"), size, boxes)
+            level = self._generate(random.Random(f"sokoban/{seed}/{size}/{boxes}/{attempt}"), size, boxes, split)
             if level is not None and level[4] >= min_moves:
                 break
         else:
@@ -450,7 +487,7 @@ class Sokoban(Game):
         self.history = []
 
     @staticmethod
-    def _generate(rng, size, nbox):
+    def _generate(rng, size, nbox, split):
         inner = [(r, c) for r in range(1, size - 1) for c in range(1, size - 1)]
         walls = {(r, c) for r in range(size) for c in range(size) if (r, c) not in inner}
         walls |= {p for p in inner if rng.random() < 0.1}
@@ -472,6 +509,9 @@ class Sokoban(Game):
         boxes = tuple(sorted(boxes))
         if set(boxes) == goals:
             return None
+        # the split is decided by the whole level (the room alone has too few shapes at 6x6: walls are rare)
+        if split_of(("sokoban", size, tuple(sorted(walls)), tuple(sorted(goals)), player, boxes)) != split:
+            return None
         d = sokoban_dist(frozenset(walls), goals, player, boxes)
         return None if d is None else (frozenset(walls), goals, player, boxes, d)
 
@@ -479,43 +519,41 @@ class Sokoban(Game):
     show = staticmethod(str)
 
     def walk(self, moves):
-        """(player, boxes, legal) after the moves; stops at the first blocked move."""
+        """(player, boxes, executed) after the moves: the walk stops before the first blocked move (a
+        wall, a box that cannot move) or past max_moves; the answer is legal iff executed == moves."""
         p, bx = self.player, set(self.boxes)
-        for m in moves[: self.max_moves]:
+        for k, m in enumerate(moves[: self.max_moves]):
             dr, dc = MOVES[m]
             n = (p[0] + dr, p[1] + dc)
             if n in self.walls:
-                return p, tuple(sorted(bx)), False
+                return p, tuple(sorted(bx)), moves[:k]
             if n in bx:
                 nn = (n[0] + dr, n[1] + dc)
                 if nn in self.walls or nn in bx:
-                    return p, tuple(sorted(bx)), False
+                    return p, tuple(sorted(bx)), moves[:k]
                 bx.remove(n)
                 bx.add(nn)
             p = n
-        return p, tuple(sorted(bx)), len(moves) <= self.max_moves
+        return p, tuple(sorted(bx)), moves[: self.max_moves]
 
     def dist(self, player, boxes):
         return sokoban_dist(self.walls, self.goals, player, boxes)
 
     def score(self, moves):
-        """local = progress in solver distance, (d_before - d_after) / d_before, -1 on a deadlock
-        (unsolvable state), + 1 if solved."""
+        """team = 1 iff the whole answer is legal and ends with every box on a goal; local = progress
+        in solver distance, (d_before - d_after) / d_before, -1 on a deadlock (unsolvable state), + team."""
         if moves is None:
             return 0.0, -1.0
-        p, bx, legal = self.walk(moves)
+        p, bx, done = self.walk(moves)
         d0, d1 = self.dist(self.player, self.boxes), self.dist(p, bx)
         if d1 is None:
             return 0.0, -1.0
-        solved = float(d1 == 0 and legal)
+        solved = float(set(bx) == self.goals and done == moves)
         return solved, (d0 - d1) / max(d0, 1) + solved
 
     def apply(self, moves):
-        self.player, self.boxes, _ = self.walk(moves)
-        self.history.append(moves[: self.max_moves])
-
-    def solved(self):
-        return set(self.boxes) == self.goals
+        self.player, self.boxes, done = self.walk(moves)
+        self.history.append(done)  # exactly the executed moves
 
     def state_text(self):
         def cell(p):
@@ -530,7 +568,8 @@ class Sokoban(Game):
         return "Room (P you, B box, O goal, * box on goal, # wall):\n" + "\n".join(rows)
 
     def history_text(self):
-        return f"Moves so far: {''.join(self.history)}\n" if self.history else ""
+        moves = "".join(self.history)
+        return f"Moves so far: {moves}\n" if moves else ""
 
     def solution(self):
         """Greedy descent on the solver distance: a shortest solution from the current state."""
@@ -538,12 +577,17 @@ class Sokoban(Game):
         d = self.dist(p, bx)
         if d is None:
             return ""  # deadlocked: nothing solves it any more
+        if d == 0:  # every box on a goal after an illegal answer: unsolved; a legal step off and back
+            for m in MOVES:
+                q, nb, done = self.walk(m + BACK[m])
+                if done == m + BACK[m] and set(nb) == self.goals:
+                    return done
         while d > 0:
             for m, (dr, dc) in MOVES.items():
                 e = copy.copy(self)
                 e.player, e.boxes = p, bx
-                q, nb, legal = e.walk(m)
-                if legal and (q, nb) != (p, bx) and self.dist(q, nb) == d - 1:
+                q, nb, done = e.walk(m)
+                if done == m and self.dist(q, nb) == d - 1:
                     path, p, bx, d = path + m, q, nb, d - 1
                     break
         return path
@@ -646,13 +690,14 @@ class Code:
     coder's final program passes ALL the problem's own tests. Rewards: coder team = success, local =
     fraction of the problem's tests passed; tester local = 1 if the REFERENCE solution passes its test
     (0 if it fails it, or if the problem has no reference; -1 for no test), team = the coder's success.
+    In training the coder sees (and "done" counts) only the generated tests the reference passes.
     Single-agent workflow: the coder alone, one program."""
 
     def __init__(self, split, index, data=None, max_turns=4, alpha=1.0, workflow="mas"):
         import data as D
         _check_common(max_turns, workflow)
         rows = D.load_code(split, data)
-        self.task = rows[index % len(rows)]  # shared between clones, never mutated
+        self.task, self.split = rows[index % len(rows)], split  # the task is shared by clones, never mutated
         self.max_turns, self.alpha = max_turns, alpha
         self.roles = ("coder", "tester") if workflow == "mas" else ("coder",)
         self.turn, self.done, self.success = 0, False, False
@@ -698,7 +743,11 @@ class Code:
         else:
             ref = self.task.get("reference")
             local = float(bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1)
-            self.tests.append(test)
+            # In training only tests the reference passes reach the coder's feedback and "done": a wrong
+            # test would show a correct program "failures" and block "done". On val/test the episode runs
+            # as deployed, where no reference exists: consulting it would leak the answer into the score.
+            if local == 1.0 or self.split != "train":
+                self.tests.append(test)
         rep = D.run_tests(self.program or "", self.task, self.tests) if self.tests else None
         self.failures = rep.failures if rep else []
         self.turn += 1

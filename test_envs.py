@@ -60,17 +60,16 @@ def test_clone_is_independent():
 
 def test_walls_block_and_splits_disjoint():
     e = mk(i=1, size=8)
-    end, legal = e.walk("U" * 20)
-    assert not legal and end[0] >= 0  # stops at a wall or the edge
+    end, done = e.walk("U" * 20)
+    assert len(done) < 20 and end[0] >= 0  # stops at a wall or the edge
     ref = e.reference("planner")
-    assert e.walk(ref) == (e.goal, True)
+    assert e.walk(ref) == (e.goal, ref)
     # passing over the goal and walking on is not a solution
-    back = {"U": "D", "D": "U", "L": "R", "R": "L"}[ref[-1]]
-    team, local = e.score(ref + back)
+    team, local = e.score(ref + envs.BACK[ref[-1]])
     assert team == 0.0 and local < 1.0
     train = {(mk("train", i).walls, mk("train", i).goal, mk("train", i).pos) for i in range(200)}
     test = {(mk("test", i).walls, mk("test", i).goal, mk("test", i).pos) for i in range(200)}
-    assert len(train & test) <= 2  # tiny grids may coincide by chance, seeds never do
+    assert not train & test
     assert envs.SPLIT_SEED["train"] + 10_000_000 <= envs.SPLIT_SEED["test"]
 
 
@@ -135,7 +134,7 @@ def test_games_clone_independent_and_splits_disjoint(task, kw):
     n = 10 if kw.get("size") == 9 else 40
     train = {state(envs.make(task, "train", i, **kw)) for i in range(n)}
     test = {state(envs.make(task, "test", i, **kw)) for i in range(n)}
-    assert len(train & test) <= 4  # small boards may coincide by chance; their seeds never do
+    assert not train & test  # splits are disjoint by content (test_splits_disjoint_by_content_at_scale)
 
 
 def test_sudoku_unique_givens_enforced():
@@ -167,8 +166,8 @@ def test_sokoban_mechanics_and_sizes():
     text = e.state_text()
     assert text.count("\n") == 6 and "P" in text and "B" in text and "O" in text
     # pushing a box into a wall is blocked and stops the move list
-    p, bx, legal = e.walk("U" * 10)
-    assert not legal
+    p, bx, done = e.walk("U" * 10)
+    assert len(done) < 10
     with pytest.raises(ValueError):
         envs.make("sokoban", "train", 0, size=16)
     with pytest.raises(ValueError):
@@ -255,3 +254,160 @@ def test_dataset_splits_disjoint():
         test = {envs.make(task, "test", i, data="offline").prompt(envs.make(task, "test", 0, data="offline").roles[0])[0]["content"]
                 for i in range(n["test"])}
         assert len(test) == n["test"] and not (train & test)
+
+
+# ---- success means solved: the attack first (a solve followed by a bump must never count) -------------
+MOVE_GAMES = [("plan_path", dict(size=4)), ("plan_path", dict(size=6)), ("plan_path", dict(size=10)),
+              ("sokoban", dict(size=6)), ("sokoban", dict(size=7, boxes=2))]
+
+
+def blocked_after(e, moves):
+    """A move that is blocked once `moves` have been walked (a wall, the edge, a stuck box), or None."""
+    for m in envs.MOVES:
+        if (e.walk(moves + m)[-1]) == moves:
+            return m
+    return None
+
+
+@pytest.mark.parametrize("task,kw", MOVE_GAMES)
+def test_solution_then_blocked_move_is_never_a_success(task, kw):
+    attacks = 0
+    for i in range(40):
+        e = envs.make(task, "test", i, tool_mode="direct", max_turns=2, **kw)
+        ref = e.reference("planner")
+        m = blocked_after(e, ref)
+        if m is None:
+            continue
+        attacks += 1
+        bad = ref + m  # ends in the solved position, but its last move bumped into something
+        assert e.score(bad)[0] == 0.0
+        tool = e.step("tool", bad)
+        r = e.step("planner", bad)
+        assert not e.success and not e.done and r < e.alpha + 1 and tool < e.alpha + 1
+        assert e.history == [ref]  # exactly the executed moves
+        assert "Moves so far: " + ref in e.prompt("planner")[0]["content"]
+        # the state is unsolved; its reference (a legal step off and back, if no box is in the way) solves
+        fix = e.reference("planner")
+        if fix:
+            e.step("tool", fix)
+            e.step("planner", fix)
+            assert e.success and e.done
+    assert attacks >= 10
+
+
+def replay(e, moves):
+    """Independent of envs' walk: True iff every move is legal and the final state is solved."""
+    if e.TITLE == "Plan-path":
+        r, c = e.pos
+        for m in moves:
+            r, c = r + envs.MOVES[m][0], c + envs.MOVES[m][1]
+            if not (0 <= r < e.size and 0 <= c < e.size) or (r, c) in e.walls:
+                return False
+        return (r, c) == e.goal
+    (r, c), boxes = e.player, set(e.boxes)
+    for m in moves:
+        dr, dc = envs.MOVES[m]
+        if (r + dr, c + dc) in e.walls:
+            return False
+        if (r + dr, c + dc) in boxes:
+            if (r + 2 * dr, c + 2 * dc) in e.walls or (r + 2 * dr, c + 2 * dc) in boxes:
+                return False
+            boxes = boxes - {(r + dr, c + dc)} | {(r + 2 * dr, c + 2 * dc)}
+        r, c = r + dr, c + dc
+    return boxes == set(e.goals)
+
+
+@pytest.mark.parametrize("task,kw", MOVE_GAMES)
+def test_random_answers_succeed_exactly_when_an_independent_replay_solves(task, kw):
+    rng, wins = random.Random(0), 0
+    for i in range(60):
+        base = envs.make(task, "test", i, tool_mode="direct", max_turns=1, **kw)
+        ref = base.reference("planner")
+        for k in range(40):
+            if k % 4 == 0:  # near-solutions: the reference with random moves appended or one changed
+                moves = ref + "".join(rng.choice("UDLR") for _ in range(rng.randrange(0, 3)))
+                if k % 8 == 0:
+                    j = rng.randrange(len(moves))
+                    moves = moves[:j] + rng.choice("UDLR") + moves[j + 1:]
+            else:
+                moves = "".join(rng.choice("UDLR") for _ in range(rng.randrange(1, 31)))
+            e = base.clone()
+            e.step("planner", moves)
+            assert e.success == replay(base, moves), (i, moves)
+            wins += e.success
+    assert wins >= 60  # the near-solutions do solve sometimes: the comparison has both outcomes
+
+
+def test_sudoku_success_only_for_the_solution():
+    rng = random.Random(0)
+    for size in (4, 9):
+        for i in range(3 if size == 9 else 30):
+            e = envs.make("sudoku", "test", i, size=size, tool_mode="direct", max_turns=1)
+            sol = list(e.solution_grid)
+            for _ in range(10):
+                g = list(sol)
+                a, b = rng.sample(range(size * size), 2)
+                g[a], g[b] = g[b], g[a]  # two cells swapped, or one blanked
+                if rng.random() < 0.5:
+                    g[a] = 0
+                c = e.clone()
+                c.step("planner", e.show(g))
+                assert c.success == (g == sol)
+                assert c.grid == (g if e.valid(g) else list(e.givens))  # an invalid grid changes nothing
+            c = e.clone()
+            c.step("planner", e.show(sol) + "\n" + e.show(sol)[:size])  # the solution, then a stray row
+            assert not c.success
+
+
+# ---- held-out means unseen: splits disjoint by content, at paper scale --------------------------
+def board(e):
+    """What a board IS, read from the env's own fields (the key split_of hashes is not used here)."""
+    if e.TITLE == "Plan-path":
+        return (e.size, e.walls, e.goal)  # the map: every state of an episode on it
+    if e.TITLE == "Sokoban":
+        return (e.size, e.walls, e.goals, e.player, e.boxes)
+    return (e.n, e.givens)  # sudoku: the puzzle
+
+
+@pytest.mark.parametrize("task,kw", [("plan_path", dict(size=4)), ("plan_path", dict(size=10)),
+                                     ("sokoban", dict(size=6)), ("sudoku", dict(size=4))])
+def test_splits_disjoint_by_content_at_scale(task, kw):
+    # a paper-shaped run sees 32 problems x 200 steps = 6,400 training boards; eval uses 200 test boards
+    train = {board(envs.make(task, "train", i, **kw)) for i in range(6400)}
+    val = {board(envs.make(task, "val", i, **kw)) for i in range(200)}
+    test = {board(envs.make(task, "test", i, **kw)) for i in range(200)}
+    assert not train & test and not train & val and not val & test
+    assert len(test) > 150  # the test split is not a handful of boards
+    if task == "sokoban":  # the initial position is part of a level; the rendered board says the same
+        text = lambda split, i: envs.make(task, split, i, **kw).state_text()
+        assert not {text("train", i) for i in range(6400)} & {text("test", i) for i in range(200)}
+
+
+def test_split_of_is_a_pure_function_with_the_stated_shares():
+    assert envs.split_of(("x", 1)) == envs.split_of(("x", 1))
+    counts = {}
+    for i in range(20_000):
+        s = envs.split_of(("probe", i))
+        counts[s] = counts.get(s, 0) + 1
+    for split, share in envs.SPLIT_SHARE:
+        assert abs(counts[split] / 20_000 - share) < 0.01
+
+
+# ---- the code tester: only valid tests reach the coder in training ------------------------------
+def test_invalid_generated_tests_never_reach_the_coder_in_training():
+    e = envs.make("code", "train", 0, data="offline", max_turns=3)  # shipped stdin problem: sum of n ints
+    assert e.task["reference"]
+    e.step("coder", e.reference("coder"))
+    assert e.success
+    wrong = "Input:\n2\n1 2\nOutput:\n4"  # the reference prints 3: an invalid test
+    assert e.step("tester", wrong) == pytest.approx(e.alpha * 1.0 + 0.0)  # tester scored as before: 0
+    assert e.tests == [] and e.failures == [] and not e.done
+    e.step("coder", e.reference("coder"))
+    assert e.step("tester", "Input:\n3\n1 2 3\nOutput:\n6") == pytest.approx(e.alpha + 1.0)
+    assert len(e.tests) == 1 and e.done  # a valid test the program passes: done fires
+    # held-out episodes run as deployed (no reference consulted): the same wrong test is kept and shown
+    t = envs.make("code", "test", 0, data="offline", max_turns=3)
+    ep = t.task["entry_point"]
+    t.step("coder", t.reference("coder"))
+    t.step("tester", f"assert {ep}(*[None] * 99) == 12345")
+    assert len(t.tests) == 1 and t.failures and not t.done

@@ -24,7 +24,7 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SFT_OFFSET = 5_000_000
-VERSION = 3  # bump when the tokenizer or warm-up recipe changes: train.py refuses an older build
+VERSION = 4  # bump when the tokenizer or warm-up recipe changes: train.py refuses an older build
 
 
 def corpus():
