@@ -77,6 +77,19 @@ def count(task, split="train", data=None):
     return len((D.load_math if task == "math" else D.load_code)(split, data))
 
 
+def random_floor(make_env, n, seed=0):
+    """Team success when every role answers uniformly at random (Game.random_answer), on problems
+    make_env(0..n-1): the floor next to an untrained model's number. Returns success and mean turns."""
+    rng, wins, turns = random.Random(seed), 0, 0
+    for i in range(n):
+        env = make_env(i)
+        while not env.done:
+            for role in env.roles:
+                env.step(role, env.random_answer(role, rng))
+        wins, turns = wins + env.success, turns + env.turn
+    return {"success": wins / max(1, n), "turns": turns / max(1, n)}
+
+
 def parse_moves(text):
     """Moves from free text: the last non-empty line, spaces/commas dropped, must be only U/D/L/R.
     Returns None when the text holds no such line (a format failure, never an exception)."""
@@ -168,8 +181,17 @@ class Game:
         return None if out is None else self.parse(out)
 
     def reference(self, role):
-        text = self.show(self.solution())
+        return self.as_answer(role, self.show(self.solution()))
+
+    def as_answer(self, role, text):  # an action's text as that role answers it (the tool may write code)
         return f"```python\nprint({text!r})\n```" if role == "tool" and self.tool_mode == "code" else text
+
+    def random_answer(self, role, rng):
+        """A uniformly random action (the floor a trained model must beat): 1-30 random moves, or a grid
+        of random digits."""
+        if isinstance(self, Sudoku):
+            return self.as_answer(role, self.show([rng.randint(1, self.n) for _ in range(self.n * self.n)]))
+        return self.as_answer(role, "".join(rng.choice("UDLR") for _ in range(rng.randint(1, 30))))
 
     def clone(self):
         return copy.deepcopy(self)

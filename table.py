@@ -14,6 +14,7 @@ seed, the same step budget and problems/step, measured by eval.py on the same he
     MAS + AT-GRPO per-role       tree sampling, one policy per role
     ablation: parallel sampling  per-role, but K independent episodes instead of tree sampling
     ablation: roles swapped      the per-role run's tool model serves the planner and vice versa
+and, first, the floor: the success of uniformly random answers (envs.random_floor) on the same problems.
 Each training is a separate `train.py` process, exactly as a user runs it; then every row is
 evaluated by eval.py's own main() in this process, on one engine whose weights are swapped per row.
 Finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted table resumes
@@ -131,6 +132,11 @@ def main(argv=None):
         rows.append({"row": name, "success": r["success"], "turns": r["turns"],
                      **{k: v for k, v in r.items() if k.startswith("reward/")}})
         print(f"{name:40s} {100 * r['success']:5.1f}%", flush=True)
+    import envs  # the floor: every role answers uniformly at random, on the same test problems
+    opts = {k: DEMO[k] for k in ("size", "wall_prob", "max_turns", "tool_mode")}
+    floor = envs.random_floor(lambda i: envs.make(DEMO["task"], "test", i, **opts), a.eval_n, seed=a.seed)
+    rows.insert(0, {"row": "uniformly random answers (floor)", **floor})
+    print(f"{rows[0]['row']:40s} {100 * floor['success']:5.1f}%", flush=True)
     res = {"rows": rows, "steps": a.steps, "eval_n": a.eval_n, "seed": a.seed, "wall_s": round(time.time() - t0, 1),
            "settings": {**DEMO, "steps": a.steps}}
     with open(os.path.join(a.out_dir, "table.json"), "w") as f:

@@ -411,3 +411,11 @@ def test_invalid_generated_tests_never_reach_the_coder_in_training():
     t.step("coder", t.reference("coder"))
     t.step("tester", f"assert {ep}(*[None] * 99) == 12345")
     assert len(t.tests) == 1 and t.failures and not t.done
+
+
+def test_random_floor_plays_whole_episodes_and_is_low():
+    mk = lambda size: (lambda i: envs.make("plan_path", "test", i, size=size, tool_mode="direct", max_turns=2))
+    small, demo = envs.random_floor(mk(3), 200), envs.random_floor(mk(4), 200)
+    assert small == envs.random_floor(mk(3), 200)  # seeded
+    assert 1.0 < demo["turns"] <= 2.0 and 0 < demo["success"] < 0.05 and 0 < small["success"] < 0.1
+    assert envs.random_floor(lambda i: envs.make("sudoku", "test", i, tool_mode="direct"), 50)["success"] == 0.0
