@@ -20,10 +20,11 @@ naming the dataset or file and the record.
 math_equal compares plain numbers exactly in-process and hands anything else to math_verify in a helper
 process with a hard timeout (so it is safe from any thread and cannot hang a worker).
 
-Tests of kind "stdin" are {"input", "output"}, compared token-wise (floats to 1e-6). Tests of kind
-"function" are Python statements asserting on the entry point; each runs as: setup, the program (as
-module "solution", so its __main__ block stays quiet), CHECK_HELPERS, the test (sent on stdin). Every
-test is one sandbox run; model-written code runs nowhere else.
+Tests of kind "stdin" are {"input", "output"}: the program gets the input only, and its output is
+compared here, token-wise (floats to 1e-6). Tests of kind "function" are Python statements asserting on
+the entry point; each runs in a trusted judge (judge.py) that forks the program into a process of its own
+and calls it over pipes, so the program never holds the expected values and cannot patch the check or
+forge the verdict. Every test is one sandbox run; model-written code runs nowhere else.
 
     python -m pytest -q test_data.py
 """
@@ -326,31 +327,21 @@ def math_equal(pred, gold):
 PRELUDE = ("from typing import *\nimport collections, heapq, bisect, itertools, functools, math, string, re, sys\n"
            "from collections import *\nfrom heapq import *\nfrom bisect import *\nfrom itertools import *\n"
            "from functools import *\nfrom math import *\nfrom builtins import *\nsys.setrecursionlimit(50000)\n")
-# Defined AFTER the program runs, so a program cannot redefine them; the JSON round trip turns tuples into
-# lists and int keys into strings (the form the expected values were stored in) and defeats a custom __eq__.
-CHECK_HELPERS = '''import json as _json, sys as _sys
+# The judge's helpers, defined after the problem's setup, in the judge process (never in the program's):
+# _eq compares the plain values the program's replies decode to; the JSON round trip turns tuples into
+# lists and int keys into strings (the form the expected values were stored in).
+CHECK_HELPERS = """import json as _json
 def _eq(got, expected, unwrap=False):
-    _eq.got = got
     try:
         got = _json.loads(_json.dumps(got))
     except (TypeError, ValueError):
         return False
     # APPS stores many return values wrapped in a one-element list
     return got == expected or (unwrap and isinstance(expected, list) and len(expected) > 0 and got == expected[0])
-def _hook(kind, value, tb):  # a failed _eq check says what the program returned
-    _sys.__excepthook__(kind, value, tb)
-    if kind is AssertionError and hasattr(_eq, "got"):
-        print("got:", repr(_eq.got)[:150], file=_sys.stderr)
-_sys.excepthook = _hook
-def _bind(name):  # LeetCode style or not, a test may call the entry point bare or as Solution().name
-    g = globals()
-    if not isinstance(name, str):
-        return
-    if name not in g and hasattr(g.get("Solution"), name):
-        g[name] = getattr(g["Solution"](), name)
-    elif callable(g.get(name)) and "Solution" not in g:
-        g["Solution"] = type("Solution", (), {name: staticmethod(g[name])})
-'''
+"""
+
+# The judge of a function test is judge.py (its docstring: the threat and the design), run as a script.
+_JUDGE = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge.py")).read()
 
 
 def _lit(v):
@@ -451,7 +442,8 @@ CODE_DEFAULT = {"train": "deepmind/code_contests", "val": "deepmind/code_contest
 
 def _humaneval(rec):
     """A HumanEval record -> function kind: each top-level statement of check() that asserts on
-    `candidate` is one test (with `candidate` renamed to the entry point); the rest is setup."""
+    `candidate` is one test (with `candidate` renamed to the entry point); the prompt and the rest are
+    setup (it runs in the judge only: some of it, like HumanEval/151's odd_sum, is an expected value)."""
     entry, tree = rec["entry_point"], ast.parse(rec["test"])
 
     class Rename(ast.NodeTransformer):
@@ -470,8 +462,11 @@ def _humaneval(rec):
                 tests.append(ast.unparse(Rename().visit(stmt)))
             elif not asserts:  # `assert True` lines test nothing and are dropped
                 setup.append(ast.unparse(Rename().visit(stmt)))
+    # the prompt goes first: its helpers (poly, encode_cyclic, encode_shift) serve the tests from the
+    # judge, not the program's own copies (a program could redefine them)
     return {"name": rec["task_id"], "problem": rec["prompt"], "kind": "function", "tests": tests,
-            "reference": rec["prompt"] + rec["canonical_solution"], "entry_point": entry, "setup": "\n".join(setup) + "\n"}
+            "reference": rec["prompt"] + rec["canonical_solution"], "entry_point": entry,
+            "setup": "\n".join([rec["prompt"]] + setup) + "\n"}
 
 
 @lru_cache(maxsize=1)
@@ -561,23 +556,20 @@ def _last_line(text):
 
 def run_tests(program, problem, tests=None, timeout=5.0):
     """Run `program` on `problem`'s tests (all of them unless `tests` is given), one sandbox run per test,
-    in parallel. Never raises for anything the program or a malformed test does."""
+    in parallel. Never raises for anything the program or a malformed test does. stdin tests: the
+    program gets the input only; its output is compared here. function tests: see judge.py."""
     tests = list(problem["tests"] if tests is None else tests)
     if not isinstance(program, str) or not program.strip():
         return Report(0, len(tests), ["empty program"] if tests else [])
     kind, nonce = problem.get("kind", "stdin"), secrets.token_hex(8)
-    jobs = []
-    for t in tests:
-        if kind == "stdin":
-            inp = t.get("input", "") if isinstance(t, dict) else ""
-            jobs.append((program, inp if isinstance(inp, str) else str(inp)))
-        else:
-            # the test travels on stdin (read before the program runs): a test holding a big input would
-            # not fit in the argv of `python -c` (128 KiB); the nonce at its end proves it ran to its end
-            jobs.append(((problem.get("setup") or "") + "\n_TEST = __import__('sys').stdin.read()\n"
-                         f"__name__ = 'solution'\nexec(compile({program!r}, 'solution.py', 'exec'))\n"
-                         f"__name__ = '__main__'\n{CHECK_HELPERS}_bind({problem.get('entry_point')!r})\n"
-                         "exec(compile(_TEST, 'test.py', 'exec'))\n", f"{t}\n__import__('sys').stderr.write({nonce!r})\n"))
+    if kind == "stdin":
+        jobs = [(program, str(t.get("input", "")) if isinstance(t, dict) else "") for t in tests]
+    else:
+        setup, entry = problem.get("setup") or "", problem.get("entry_point")
+        judge = (f"PROGRAM = {program!r}\nENTRY = {entry if isinstance(entry, str) else None!r}\n"
+                 f"PRELUDE = {PRELUDE if setup.startswith(PRELUDE) else ''!r}\n{_JUDGE}")
+        # the secrets travel on stdin, read by the judge after it forked the program's process
+        jobs = [(judge, json.dumps({"nonce": nonce, "setup": f"{setup}\n{CHECK_HELPERS}", "test": str(t)})) for t in tests]
     results = sandbox.run_many(jobs, timeout=timeout)
     passed, failures = 0, []
     for t, r in zip(tests, results):
@@ -586,10 +578,12 @@ def run_tests(program, problem, tests=None, timeout=5.0):
             ok = not r.timed_out and r.returncode == 0 and _same_output(r.stdout, exp)
             what = f"input: {_short(t.get('input', '') if isinstance(t, dict) else t)} expected: {_short(exp)} "
             why = f"got: {_short(r.stdout)}" if r.returncode == 0 else f"error: {_short(_last_line(r.stderr), 80)}"
-        else:  # no nonce: the program exited early, or the test failed
-            ok = not r.timed_out and r.returncode == 0 and r.stderr.endswith(nonce)
+        else:  # only the judge's last line, with this run's nonce, is a verdict
+            verdict = (r.stdout.splitlines() or [""])[-1]
+            ok = not r.timed_out and r.returncode == 0 and verdict == f"{nonce} PASS"
             what = f"{_short(t, 100)[1:-1]} -> "
-            why = "the program exited before the test ran" if r.returncode == 0 else _short(_last_line(r.stderr), 90)[1:-1]
+            why = (_short(verdict[len(nonce) + 6:], 150)[1:-1] if verdict.startswith(f"{nonce} FAIL ") else
+                   f"no verdict (exit status {r.returncode}: {_short(_last_line(r.stderr), 80)[1:-1]})")
         passed += ok
         if not ok and len(failures) < 3:
             failures.append((what + (f"timed out after {timeout:g}s" if r.timed_out else why))[:200])

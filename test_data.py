@@ -313,3 +313,297 @@ def test_hub_path_end_to_end_with_a_fake_datasets_module(monkeypatch, fresh_cach
         rows = data.load_code("test")
     assert [r["name"] for r in rows] == ["lcb/q1"] and calls[0][0] == "json"
     assert calls[0][1][-1] == f"hf://datasets/livecodebench/code_generation_lite/test{data.LCB_RELEASE}.jsonl"
+
+
+# ---- code: a program cannot fake a pass ----------------------------------------------------------
+# Each hostile program below passed tests on the harness before the judge (program and check in one
+# interpreter, the test and its nonce in a global); each must now pass none. FORGE gathers every
+# 16-hex string a source yields and writes it as a verdict in both protocols ("<hex> PASS" lines, and
+# stderr ending in the hex) to every stream it can open, then exits 0.
+FORGE = r'''
+import builtins, gc, inspect, os, re, sys
+NONCE = None
+
+
+def strs(xs):
+    out = []
+    for x in xs:
+        try:
+            out.append(x.decode("latin-1") if isinstance(x, (bytes, bytearray)) else x if isinstance(x, str) else repr(x))
+        except Exception:
+            pass
+    return out
+
+
+def forge(texts):
+    texts = strs(texts)
+    found = [h for t in texts for h in re.findall(r"(?<![0-9a-f])[0-9a-f]{16}(?![0-9a-f])", t)]
+    found += [h for t in texts for h in re.findall(r"write\('([0-9a-f]{16})'\)", t)]  # the old test's own
+    found = (list(dict.fromkeys(found[::-1]))[::-1] + ([NONCE] if NONCE else []))[-50:] or ["0" * 16]  # best last
+    out = "".join(f"{h} PASS\n" for h in found).encode()
+    fds = [1, 2]
+    for pid in (os.getppid(), 1):
+        for n in (1, 2):
+            try:
+                fds.append(os.open(f"/proc/{pid}/fd/{n}", os.O_WRONLY))
+            except OSError:
+                pass
+    for fd in fds:
+        try:
+            os.write(fd, out + found[-1].encode())
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def from_globals():
+    spaces = [globals()] + [getattr(m, "__dict__", {}) for m in list(sys.modules.values())]
+    return [v for d in spaces for v in list(d.values()) if isinstance(v, str)]
+
+
+def from_frames():
+    out, f = [], sys._getframe()
+    while f is not None:
+        out += [f.f_locals, f.f_code.co_consts, f.f_globals.get("_TEST")]
+        f = f.f_back
+    return out
+
+
+def from_inspect():
+    return [x for fi in inspect.stack() for x in (fi.frame.f_locals, fi.frame.f_code.co_consts, fi.code_context)]
+
+
+def from_gc():
+    out = []
+    for o in gc.get_objects():
+        if isinstance(o, dict):
+            out += [v for v in list(o.values()) if isinstance(v, str)]
+        elif isinstance(o, (list, tuple)):
+            out += [v for v in o if isinstance(v, str)]
+        elif inspect.isfunction(o):
+            out += [c for c in o.__code__.co_consts if isinstance(c, str)]
+    return out
+
+
+def from_stdin():  # the pipe (through every path to it), and what the old harness read from it
+    out = [globals().get("_TEST")]
+    for path in ("/dev/stdin", "/proc/self/fd/0", f"/proc/{os.getppid()}/fd/0", "/proc/1/fd/0"):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            out.append(os.read(fd, 1 << 20))
+        except OSError:
+            pass
+    try:
+        out.append(sys.stdin.read())
+    except Exception:
+        pass
+    return out
+
+
+def from_mem():  # the writable mappings of us, our parent and pid 1, through /proc/<pid>/mem
+    out = []
+    for pid in ("self", str(os.getppid()), "1"):
+        try:
+            with open(f"/proc/{pid}/maps") as m, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+                for line in m.read().splitlines():
+                    addr, perms = line.split()[:2]
+                    a, b = (int(x, 16) for x in addr.split("-"))
+                    if perms.startswith("rw") and b - a < 1 << 27:
+                        try:
+                            mem.seek(a)
+                            out += re.findall(rb"[^0-9a-f][0-9a-f]{16}[^0-9a-f]|write\('[0-9a-f]{16}'\)", mem.read(b - a))
+                        except (OSError, ValueError, OverflowError):
+                            pass
+        except OSError:
+            pass
+    return out
+'''
+GCD = "def greatest_common_divisor(a, b):\n    {}\n    return -1\n"  # HumanEval/13, wrong on every test
+FORGERIES = {  # how the program hunts for the verdict token (at load, or inside the call)
+    "globals": "forge(from_globals())\n" + GCD.format("pass"),
+    "frames": GCD.format("forge(from_frames())"),
+    "inspect": GCD.format("forge(from_inspect())"),
+    "gc": GCD.format("forge(from_gc())"),
+    "stdin": "forge(from_stdin())\n" + GCD.format("pass"),
+    "proc_mem": GCD.format("forge(from_mem())"),
+    "kill_parent": "for p in (os.getppid(), 1):\n    try:\n        os.kill(p, 9)\n    except OSError:\n        pass\n"
+                   "forge(from_globals())\n" + GCD.format("pass"),
+    "excepthook": "def hook(kind, value, tb):\n    texts = []\n    while tb:\n"
+                  "        texts += [tb.tb_frame.f_locals, tb.tb_frame.f_code.co_consts]\n        tb = tb.tb_next\n"
+                  "    forge(texts + from_globals())\n"
+                  "sys.excepthook = sys.__excepthook__ = hook\nsys.exit = builtins.exit = lambda *a: forge(from_globals())\n"
+                  "builtins.AssertionError = type('AssertionError', (Exception,), {})\n" + GCD.format("pass"),
+    "known_nonce_at_load": "forge([])\n" + GCD.format("pass"),  # even holding the token, no stream to write it to
+    "known_nonce_in_call": GCD.format("forge([])"),
+}
+
+
+@pytest.mark.parametrize("attack", list(FORGERIES))
+def test_function_verdict_cannot_be_forged(attack, monkeypatch):  # /proc/<pid>/fd: see the probe below
+    p = data.load_code("test", "humaneval")[13]
+    program = FORGE + FORGERIES[attack]
+    if attack.startswith("known_nonce"):
+        monkeypatch.setattr(data.secrets, "token_hex", lambda n=None: "0123456789abcdef")
+        program = program.replace("NONCE = None", "NONCE = '0123456789abcdef'")
+    r = data.run_tests(program, p)
+    assert r.total == len(p["tests"]) >= 4 and r.passed == 0, r
+    assert data.run_tests(p["reference"], p).ok  # the same tests, honestly passed
+
+
+ALWAYS = "class A:\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n    __hash__ = lambda s: 0\n"
+TRICKS = {  # (HumanEval index or "apps", program): a wrong answer dressed up to compare equal
+    "eq_always": (0, ALWAYS + "def has_close_elements(numbers, threshold):\n    return A()\n"),
+    "bool_of_eq": (48, "class T:\n    __bool__ = lambda s: True\nclass A:\n    __eq__ = __ne__ = lambda s, o: T()\n"
+                       "def is_palindrome(text):\n    return A()\n"),
+    "str_subclass": (11, "class S(str):\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+                         "    __hash__ = str.__hash__\ndef string_xor(a, b):\n    return S('nope')\n"),
+    "int_subclass": (13, "class I(int):\n    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = lambda s, o: True\n"
+                         "    __ne__ = lambda s, o: False\n    __hash__ = int.__hash__\n"
+                         "    __abs__ = __sub__ = __rsub__ = __neg__ = lambda s, *o: I(0)\n"
+                         "def greatest_common_divisor(a, b):\n    return I(-1)\n"),
+    "float_subclass": (2, "class F(float):\n    __eq__ = __lt__ = __le__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+                          "    __hash__ = float.__hash__\n    __abs__ = __sub__ = __rsub__ = lambda s, *o: F(0)\n"
+                          "def truncate_number(number):\n    return F(-1.0)\n"),
+    "list_subclass": (5, "class L(list):\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+                         "def intersperse(numbers, delimeter):\n    return L([-1])\n"),
+    "patch_builtins": ("own", "import builtins\n_isinstance, _sorted = isinstance, sorted\nbuiltins.abs = lambda x: 0.0\n"
+                              "builtins.isinstance = lambda o, t: type(o) is float and t is list or _isinstance(o, t)\n"
+                              "builtins.sorted = lambda x, *a, **k: [1, 2] if type(x) is float else _sorted(x, *a, **k)\n"
+                              "builtins.AssertionError = type('AssertionError', (Exception,), {})\n"
+                              "def f(x):\n    return 2.0\n"),
+    "patch_json": ("apps", ALWAYS + "import json\njson.loads = lambda *a, **k: A()\njson.dumps = lambda *a, **k: '0'\n"
+                           "def add(a, b):\n    return 0\n"),
+    "own_setup_helpers": (38, "def encode_cyclic(s):\n    return s\ndef decode_cyclic(s):\n    return s\n"),  # the test's encoder
+    "own_poly": (32, "def poly(xs, x):\n    return 0\ndef find_zero(xs):\n    return 12345.0\n"),
+    "setup_values": (151, "def double_the_difference(lst):\n    return globals().get('odd_sum', -1)\n"),  # odd_sum: expected
+}
+OWN = {"kind": "function", "entry_point": "f", "setup": "", "tests": [  # as a tester might write them
+    "assert abs(f(1.5) - 0.5) < 1e-06", "assert isinstance(f(2), list) and sorted(f(2)) == [1, 2]"]}
+APPS_ADD = {"problem_id": 2, "question": "Add.", "starter_code": "def add(a, b):\n    ", "solutions": "[]",
+            "input_output": json.dumps({"fn_name": "add", "inputs": [[1, 2], [3, 4]], "outputs": [[3], 7]})}
+
+
+@pytest.mark.parametrize("trick", list(TRICKS))
+def test_function_return_value_and_patching_tricks_fail(trick):
+    which, program = TRICKS[trick]
+    p = data._apps(APPS_ADD, "w") if which == "apps" else OWN if which == "own" else data.load_code("test", "humaneval")[which]
+    r = data.run_tests(program, p)
+    assert r.total == len(p["tests"]) and r.passed == 0, r
+    if isinstance(which, int):
+        assert data.run_tests(p["reference"], p).ok
+
+
+PROBE = r'''
+import gc, os, re, stat, sys
+PAT = re.compile(rb"SECRET-\d{8}")
+
+
+def probe():  # where could this program see the test's secret, or write into the verdict's stream?
+    leaks = []
+    hit = lambda b: bool(PAT.search(b if isinstance(b, bytes) else str(b).encode("utf-8", "replace")))
+    if any(hit(v) for o in gc.get_objects() if isinstance(o, dict) for v in list(o.values()) if isinstance(v, str)):
+        leaks.append("gc")
+    f = sys._getframe()
+    while f is not None:
+        if hit(f.f_code.co_consts) or hit(f.f_locals):
+            leaks.append("stack")
+        f = f.f_back
+    for pid in ("self", str(os.getppid()), "1"):
+        try:
+            with open(f"/proc/{pid}/maps") as m, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+                for line in m.read().splitlines():
+                    addr, perms = line.split()[:2]
+                    a, b = (int(x, 16) for x in addr.split("-"))
+                    if perms.startswith("rw") and b - a < 1 << 27:
+                        try:
+                            mem.seek(a)
+                            if hit(mem.read(b - a)):
+                                leaks.append(f"{pid} mem")
+                        except (OSError, ValueError, OverflowError):
+                            pass
+        except OSError:
+            pass
+        for x in ("environ", "cmdline"):
+            try:
+                if hit(open(f"/proc/{pid}/{x}", "rb").read()):
+                    leaks.append(f"{pid} {x}")
+            except OSError:
+                pass
+        for n in (0, 1, 2):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{n}")
+                fd = os.open(f"/proc/{pid}/fd/{n}", (os.O_RDONLY if n == 0 else os.O_WRONLY) | os.O_NONBLOCK)
+            except OSError:
+                continue
+            if n == 0 and hit(os.read(fd, 1 << 20)) or n and link != "/dev/null":
+                leaks.append(f"{pid} fd{n}")
+    for n in (0, 1, 2):  # our own: a pipe here may lead to the host (they should be /dev/null)
+        try:
+            if stat.S_ISFIFO(os.fstat(n).st_mode):
+                leaks.append(f"own fd{n}")
+        except OSError:
+            pass
+    return sorted(set(leaks))
+'''
+
+
+def test_function_program_can_reach_no_secret_and_no_verdict_stream():
+    """The program reports what it can reach (memory, /proc of itself, its parent and pid 1, gc, the
+    stack); the test holds a secret and passes only if nothing leaked. Before the judge the program
+    shared the test's process; without PR_SET_DUMPABLE=0 it would read the judge's /proc/<pid>/mem."""
+    p = {"kind": "function", "entry_point": "probe", "setup": "", "tests": ["assert probe() == [] != 'SECRET-31415926'"]}
+    r = data.run_tests(PROBE, p)
+    assert r.ok, r.failures
+
+
+def test_function_judge_keeps_values_exceptions_and_messages():
+    p = {"kind": "function", "entry_point": "f", "setup": "import math\n", "tests": [
+        "assert f('all') == (1, [2.5, float('inf'), -0.0], {'a': {1, 2}, 3: frozenset()}, b'x', 10 ** 400, None, True, 1j)",
+        "assert math.isnan(f('nan')) and type(f('all')[0]) is int and type(f('all')[6]) is bool",
+        "try:\n    f('raise')\nexcept ValueError as e:\n    assert str(e) == 'bad input'\nelse:\n    assert False",
+        "assert Solution().f('all')[0] == 1",  # LeetCode style call of a plain function
+        "assert f(lambda: 1) == 1",  # an argument that cannot be sent: a clean failure
+        "assert f('gen') == [0, 1]",  # a generator is not data: opaque, equal to nothing
+        "xs = [3, 1, 2]\nf('sort', xs)\nassert xs == [1, 2, 3]",  # arguments are copies: documented
+        "assert f('all') == 2",
+    ]}
+    program = ("class MyError(ValueError):\n    pass\n"
+               "def f(x, arg=None):\n    if x == 'all':\n        return (1, [2.5, float('inf'), -0.0], {'a': {1, 2}, 3: frozenset()}, b'x', 10 ** 400, None, True, 1j)\n"
+               "    if x == 'nan':\n        return float('nan')\n    if x == 'raise':\n        raise MyError('bad input')\n"
+               "    if x == 'gen':\n        return (i for i in range(2))\n    if x == 'sort':\n        arg.sort()\n")
+    r = data.run_tests(program, p)
+    assert r.passed == 4, r
+    assert len(r.failures) == 3 and "TypeError: a function cannot be passed to the program" in r.failures[0]
+    assert "got: <unsupported generator>" in r.failures[1] and "AssertionError" in r.failures[2]
+    r = data.run_tests(program, p, tests=p["tests"][-1:])
+    assert r.failures[0].startswith("assert f('all') == 2 -> AssertionError; got: (1, [2.5, inf, -0.0], {'a': {1, 2}, 3: ")
+    assert len(r.failures[0]) <= 200
+    died = data.run_tests("import os\ndef f(x):\n    os._exit(0)\n", p, tests=["try:\n    f(1)\nexcept BaseException:\n    pass"])
+    assert died.passed == 0 and "exited during the test" in died.failures[0]
+
+
+def test_stdin_program_cannot_find_the_expected_output_or_exit_early():
+    """stdin kind: the expected output stays in this process; the program gets the input only."""
+    p = {"kind": "stdin", "tests": [{"input": "hi\n", "output": "SECRET-27182818\n"}]}
+    hunt = r"""
+import os, re, sys
+pat, texts = re.compile(rb"SECRET-\d{8}"), [repr(dict(os.environ)).encode(), repr(sys.argv).encode()]
+texts.append(sys.stdin.buffer.read())  # all of stdin, beyond the input
+paths = [f"/proc/{p}/{x}" for p in os.listdir("/proc") if p.isdigit() for x in ("environ", "cmdline")]
+paths += [f"/proc/{p}/fd/{n}" for p in os.listdir("/proc") if p.isdigit() for n in (0, 1, 2)]
+for root in ("/tmp", os.getcwd(), os.path.expanduser("~")):
+    for d, dirs, files in os.walk(root):
+        paths += [os.path.join(d, f) for f in files]
+for path in paths:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        texts.append(os.read(fd, 1 << 20))
+    except OSError:
+        pass
+print(" ".join(sorted({m.decode() for t in texts for m in pat.findall(t)})) or "nothing")
+"""
+    r = data.run_tests(hunt, p)
+    assert r.passed == 0 and "got: 'nothing\\n'" in r.failures[0], r
+    for early in ["import os\nos._exit(0)", "import sys\nsys.exit(0)", "pass", "print()"]:
+        r = data.run_tests(early, p)
+        assert r.passed == 0 and "got: ''" in r.failures[0] or "got: '\\n'" in r.failures[0], (early, r)
