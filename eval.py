@@ -72,8 +72,10 @@ def run_eval(a, engines=None):
         if engines is not None:
             engines[spec] = engine
     sampler = R.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
+    # seeded on its own: a reused engine (whatever it sampled before) gives a fresh process's numbers,
+    # and train.py's evaluation of the same weights with the same seed gives these
     res = R.evaluate(lambda i: train.make_env(a, a.split, i), a.n, sampler, a.temperature, a.max_tokens,
-                     a.samples, min(a.max_prompt_tokens, limit - a.max_tokens))
+                     a.samples, min(a.max_prompt_tokens, limit - a.max_tokens), seed=a.seed)
     res.update(wall_s=round(time.time() - t0, 1), models=dirs,
                settings={k: v for k, v in vars(a).items() if k != "plot"})
     return res
@@ -113,19 +115,22 @@ def main(argv=None, engines=None):
     A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model (repeatable)")
     A("--split", default="test", help="train, val or test")
     A("--n", type=int, default=200, help="problems")
-    A("--samples", type=int, default=None, help="episodes per problem (avg@S and pass@S); default 5 for math, else 1")
+    A("--samples", type=int, default=None,
+      help="episodes per problem (avg@S and pass@S); default: the task's protocol (rollout.eval_protocol: 5 for math, else 1)")
     A("--temperature", type=float, default=None,
-      help="0 = greedy; default as the paper: 0.6 for math, greedy for games, planning and code")
+      help="0 = greedy; default: the task's protocol, as the paper (0.6 for math, greedy for games, planning and code)")
     A("--json", default=None, help="write the results (with every setting) to this file")
     a = ap.parse_args(argv)
     if a.plot:
         return plot(a.plot)
     if a.model is None:
         train.die("--model is required")
+    import rollout as R
+    proto = R.eval_protocol(a.task)  # train.py --eval_n uses the same
     if a.samples is None:
-        a.samples = 5 if a.task == "math" else 1
+        a.samples = proto["samples"]
     if a.temperature is None:
-        a.temperature = 0.6 if a.task == "math" else 0.0
+        a.temperature = proto["temperature"]
     if a.n <= 0 or a.samples <= 0 or a.temperature < 0:
         train.die("--n and --samples must be positive, --temperature >= 0")
     if a.split not in ("train", "val", "test"):

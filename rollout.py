@@ -16,10 +16,13 @@ problem. `linear_rollout` plays episodes with one completion per call: the paral
 
     python -m pytest -q test_rollout.py
 """
+import contextlib
 import os
+import random
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -98,6 +101,10 @@ class VLLMEngine:
             is_checkpoint_format=True))
         self.llm.reset_prefix_cache()
 
+    def reset_cache(self):
+        """Forget cached prompt prefixes (an evaluation's), so the next step computes as it would without it."""
+        self.llm.reset_prefix_cache()
+
     def sleep(self):
         self.llm.sleep(level=2)  # drop weights too: they are pushed again after the update anyway
 
@@ -147,6 +154,9 @@ class HFEngine:
 
     def load_weights(self, weights):
         self.model.load_state_dict(dict(weights))
+
+    def reset_cache(self):
+        pass  # nothing is cached across calls
 
 
 def make_engine(kind, model_dir, **kw):
@@ -269,14 +279,47 @@ def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt
     return samples, envs
 
 
-def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, max_prompt_tokens=4096):
+def eval_protocol(task):
+    """The paper's evaluation of a task, the one definition eval.py (its defaults) and train.py (--eval_n)
+    share: math sampled at T=0.6, 5 episodes per problem, reported as avg@5; every other task greedy, once."""
+    samples, temperature = (5, 0.6) if task == "math" else (1, 0.0)
+    return {"samples": samples, "temperature": temperature,
+            "metric": f"avg@{samples}" if samples > 1 else "pass@1"}
+
+
+def seed_all(seed):
+    """Python's, numpy's and torch's global generators (torch's CUDA ones too), as vLLM seeds them."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def seeded(seed):
+    """Every global generator seeded for the block, then put back: what the block samples depends only on
+    `seed`, and the caller's streams (training's) go on as if it never ran. vLLM's CPU sampler and HF
+    `generate` both draw from torch's global generator (on GPUs, the current device's)."""
+    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=cuda):
+        try:
+            seed_all(seed)
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
+def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, max_prompt_tokens=4096, seed=None):
     """Team success of the workflow on problems make_env(0..n-1), `samples` episodes each (greedy when
-    temperature is 0). Returns dict(success (pass@1, or avg@S), pass@S, reward/<role>, turns, tokens,
+    temperature is 0). With a `seed`, sampling is reproducible and leaves the global generators as they
+    were (see seeded). Returns dict(success (pass@1, or avg@S), pass@S, reward/<role>, turns, tokens,
     examples: the first raw responses of each role, cut ones too)."""
     envs = [make_env(i) for i in range(n) for _ in range(samples)]
     if not envs:
         return {"success": 0.0, "episodes": 0}
-    ss, envs = linear_rollout(envs, sampler, temperature, max_tokens, max_prompt_tokens=max_prompt_tokens)
+    with seeded(seed) if seed is not None else contextlib.nullcontext():
+        ss, envs = linear_rollout(envs, sampler, temperature, max_tokens, max_prompt_tokens=max_prompt_tokens)
     ok = [float(e.success) for e in envs]
     out = {"success": sum(ok) / len(envs), "episodes": len(envs),
            f"pass@{samples}": sum(max(ok[i * samples:(i + 1) * samples]) for i in range(n)) / n,

@@ -151,6 +151,25 @@ def test_tree_rollout_with_vllm(vllm_engine, tok, tiny_dir):
     assert sampler.switches - n <= 1
 
 
+def test_seeded_evaluation_is_reproducible_and_leaves_global_rngs(vllm_engine, tok, tiny_dir):
+    """vLLM's CPU sampler draws from torch's global generator. A seeded (sampled) evaluation gives the same
+    responses whatever was drawn before it, and the caller's streams go on as if it had never run."""
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    sampler = R.Sampler(vllm_engine, tok, lambda r: "m", lambda n: m.state_dict())
+    ev = lambda seed: R.evaluate(plan_env, 3, sampler, 1.0, 8, samples=2, seed=seed)
+    draws = lambda: (torch.rand(4).tolist(), random.random(), np.random.rand())
+    R.seed_all(0)
+    first = ev(5)
+    after = draws()
+    R.seed_all(0)
+    assert after == draws()  # as if no evaluation had run
+    torch.rand(100)  # the global generator elsewhere now
+    assert ev(5)["examples"] == first["examples"]
+    assert ev(6)["examples"] != first["examples"]  # and the seed does drive the sampling
+
+
 def test_parallel_rollout_keys_per_problem(tok):
     sampler = R.Sampler(Scripted(tok, ["U", "D", "x"]), tok, lambda r: "shared", lambda n: {})
     envs_ = [plan_env(i) for i in range(2) for _ in range(3)]

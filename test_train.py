@@ -26,6 +26,15 @@ def metrics(d):
     return [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
 
 
+@pytest.fixture(scope="module")
+def warm_dir(tmp_path_factory):
+    """The tiny model after a short warm-up (about 15 s): unlike the untrained one (every response cut at
+    --max_tokens, reward -1, nothing learnt), its lengths, rewards and updates depend on what was sampled,
+    so a resume that draws other random numbers shows in the metrics."""
+    import tiny
+    return tiny.build(str(tmp_path_factory.mktemp("warm") / "model"), sft_steps=15, log=lambda s: None)
+
+
 REQUIRED = ["step", "success", "reward/tool", "reward/planner", "zero_adv_frac", "logp_gap", "tokens",
             "time/rollout", "time/update", "time/sync"]
 
@@ -77,6 +86,25 @@ def test_resume_matches_uninterrupted_run(tiny_dir, tmp_path):
     # refusing to clobber a finished run without --resume
     p = run(common + ["--steps", "4", "--out_dir", full], check=False)
     assert p.returncode == 2 and "already holds a run" in p.stderr
+
+
+@pytest.mark.slow
+def test_resume_matches_uninterrupted_run_vllm(warm_dir, tmp_path):
+    """The default engine: vLLM re-seeds the global RNGs when it starts (after the checkpoint is read) and
+    its CPU sampler draws from the global torch generator. Only the full run evaluates at the checkpoint:
+    evaluation must leave training untouched."""
+    common = BASE + ["--model", warm_dir, "--engine", "vllm", "--policies", "per-role", "--seed", "3",
+                     "--temperature", "1.5", "--save_every", "2"]
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    run(common + ["--steps", "3", "--out_dir", full, "--eval_n", "2", "--eval_every", "2"])
+    run(common + ["--steps", "2", "--out_dir", part])
+    run(common + ["--steps", "3", "--out_dir", part, "--resume"])
+    a, b = metrics(full), metrics(part)
+    assert [m["step"] for m in b] == [1, 2, 3] and "eval/success" in a[1]
+    for x, y in zip(a, b):
+        for k in y:
+            if not k.startswith(("time/", "wall")):
+                assert x[k] == pytest.approx(y[k], rel=1e-6, abs=1e-9), (x["step"], k, x[k], y[k])
 
 
 @pytest.mark.parametrize("extra,msg", [
@@ -141,3 +169,37 @@ def test_two_steps_on_every_task(tiny_dir, tmp_path, task):
              "code": ("coder", "tester")}[task]
     assert all(f"reward/{r}" in ms[0] for r in roles)
     assert json.load(open(os.path.join(out, "summary.json")))["success_after"] >= 0.0
+
+
+@pytest.mark.slow
+def test_math_eval_uses_eval_py_protocol_and_numbers(warm_dir, tmp_path):
+    """summary.json's held-out numbers are eval.py's (math: avg@5 at T=0.6) on the same weights, and a
+    run that evaluates (sampled) every step trains exactly as one that never does."""
+    common = ["--task", "math", "--data", "offline", "--model", warm_dir, "--engine", "vllm", "--policies", "per-role",
+              "--steps", "2", "--K", "2", "--problems", "2", "--max_turns", "2", "--max_tokens", "16", "--device", "cpu"]
+    out, quiet = str(tmp_path / "ev"), str(tmp_path / "quiet")
+    run(common + ["--out_dir", out, "--eval_n", "3", "--eval_every", "1"])
+    run(common + ["--out_dir", quiet])
+    s = json.load(open(os.path.join(out, "summary.json")))
+    ev = s["eval"]
+    assert {k: ev[k] for k in ("split", "n", "samples", "temperature", "metric")} == \
+        {"split": "test", "n": 3, "samples": 5, "temperature": 0.6, "metric": "avg@5"}
+    assert (s["success_before"], s["success_after"]) == (ev["before"]["success"], ev["after"]["success"])
+    a, b = metrics(out), metrics(quiet)
+    assert all("eval/success" in m for m in a) and a[-1]["eval/success"] == s["success_after"]
+    for x, y in zip(a, b):
+        for k in y:
+            if not k.startswith(("time/", "wall")):
+                assert x[k] == pytest.approx(y[k], rel=1e-6, abs=1e-9), (x["step"], k, x[k], y[k])
+    # eval.py with its defaults, on the initial model and on the final checkpoint (one engine, as table.py)
+    ck = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
+    flags = ["--task", "math", "--data", "offline", "--max_turns", "2", "--max_tokens", "16", "--device", "cpu", "--n", "3"]
+    argv = [flags + ["--model", m, "--json", str(tmp_path / f"{w}.json")] for m, w in ((warm_dir, "before"), (ck, "after"))]
+    code = "import eval, json, sys; e = {}\nfor args in json.loads(sys.argv[1]): eval.main(args, e)"
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, cwd=HERE, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for w in ("before", "after"):
+        r = json.load(open(tmp_path / f"{w}.json"))
+        assert (r["settings"]["samples"], r["settings"]["temperature"]) == (5, 0.6)
+        for k in ("success", "pass@5", "turns", "tokens"):
+            assert ev[w][k] == pytest.approx(r[k], abs=1e-12), (w, k, ev[w][k], r[k])

@@ -99,7 +99,8 @@ def get_args(argv=None):
                                            "--dtype bfloat16); 0: a full model per rank; -1: 1 under torchrun or on cuda")
     A("--grad_ckpt", type=int, default=0, help="1: gradient checkpointing (recompute each layer in backward)")
     # evaluation and the demo model
-    A("--eval_n", type=int, default=0, help="held-out test problems evaluated (greedy) before and after training")
+    A("--eval_n", type=int, default=0, help="held-out test problems evaluated before and after training, "
+                                            "with eval.py's protocol for the task (math: avg@5 at T=0.6; else greedy)")
     A("--eval_every", type=int, default=0, help="also evaluate every N steps (0: only before/after)")
     A("--log_samples", type=int, default=2, help="completions per role written to samples.jsonl each step")
     A("--tiny_dir", default="tiny-model", help="where --model tiny lives (built by tiny.py if absent)")
@@ -362,13 +363,7 @@ def main(argv=None):
         st = torch.load(os.path.join(ckpt, trainer_file(rank, world)), weights_only=False)
         for n, p in pol.items():
             p.load_trainer_state({"opt": st["opt"][n], "sched": st["sched"][n]})
-        rng.setstate(st["rng"])
-        random.setstate(st["py_rng"])
-        np.random.set_state(st["np_rng"])
-        torch.set_rng_state(st["torch_rng"])
-        if st.get("cuda_rng") is not None and a.device == "cuda":
-            torch.cuda.set_rng_state(st["cuda_rng"])
-        start = st["step"]
+        start = st["step"]  # its RNG states are restored below, once the engine has started
         if master:  # metrics after the checkpoint will be recomputed; keep the old lines aside, never lost
             lines = open(metrics_path).read().splitlines() if os.path.exists(metrics_path) else []
             keep = [ln for ln in lines if json.loads(ln)["step"] <= start]
@@ -404,23 +399,53 @@ def main(argv=None):
 
     sync_engine()  # the engine started from --model; a resumed policy differs
 
+    proto = R.eval_protocol(a.task)  # eval.py's: the numbers are comparable
+    S = proto["samples"]
+
     def evaluate():
-        # each rank evaluates its own slice of the held-out problems; results summed over ranks
+        """Held-out success under the task's protocol. Each rank plays its own slice of the problems; the
+        results are summed over ranks. Sampling is seeded on its own and leaves the training streams and
+        the engine's prefix cache as they were, so a run trains the same with or without evaluations."""
         per = (a.eval_n + world - 1) // world
         lo, hi = rank * per, min(a.eval_n, (rank + 1) * per)
-        r = R.evaluate(lambda i: make_env(a, "test", lo + i), hi - lo, sampler, 0.0, a.max_tokens,
-                       max_prompt_tokens=a.max_prompt_tokens)
-        t = torch.tensor([r.get("success", 0.0) * r["episodes"], float(r["episodes"])], dtype=torch.float64)
-        P.all_reduce_(t)
-        return t[0].item() / max(1.0, t[1].item())
+        r = R.evaluate(lambda i: make_env(a, "test", lo + i), hi - lo, sampler, proto["temperature"], a.max_tokens,
+                       S, a.max_prompt_tokens, seed=a.seed + rank)
+        engine.reset_cache()
+        ep, n = r["episodes"], hi - lo
+        t = torch.tensor([r["success"] * ep, r.get(f"pass@{S}", 0.0) * n, r.get("turns", 0.0) * ep,
+                          r.get("tokens", 0), ep, n], dtype=torch.float64)
+        v = P.all_reduce_(t).tolist()
+        return {"success": v[0] / max(1.0, v[4]), f"pass@{S}": v[1] / max(1.0, v[5]),
+                "turns": v[2] / max(1.0, v[4]), "tokens": int(v[3])}
 
     summary = {"task": a.task, "policies": a.policies, "seed": a.seed, "steps": a.steps, "preset": a.preset}
     summary_path = os.path.join(a.out_dir, "summary.json")
+    if a.eval_n:
+        summary["eval"] = {"split": "test", "n": a.eval_n, **proto}
     if a.eval_n and start == 0:
-        summary["success_before"] = evaluate()
-        log(f"held-out success before training: {summary['success_before']:.3f} ({a.eval_n} test problems)")
+        summary["eval"]["before"] = evaluate()
+        summary["success_before"] = summary["eval"]["before"]["success"]
+        log(f"held-out success before training: {summary['success_before']:.3f} "
+            f"({proto['metric']}, {a.eval_n} test problems)")
     elif a.eval_n and os.path.exists(summary_path):
-        summary["success_before"] = json.load(open(summary_path)).get("success_before")
+        old = json.load(open(summary_path))
+        if all(old.get("eval", {}).get(k) == v for k, v in summary["eval"].items()):  # else not comparable
+            summary["success_before"] = old.get("success_before")
+            summary["eval"]["before"] = old["eval"].get("before")
+
+    # Every RNG stream starts here, after everything that seeds or draws at start-up (vLLM re-seeds
+    # python, numpy and torch when its engine starts; then the weight push, the first evaluation): a fresh
+    # run from the seed, as vLLM left them; a resumed one from its checkpoint. vLLM's CPU sampler draws
+    # from torch's global generator, which the checkpoint holds.
+    if ckpt:
+        rng.setstate(st["rng"])
+        random.setstate(st["py_rng"])
+        np.random.set_state(st["np_rng"])
+        torch.set_rng_state(st["torch_rng"])
+        if st.get("cuda_rng") is not None and a.device == "cuda":
+            torch.cuda.set_rng_state(st["cuda_rng"])
+    else:
+        R.seed_all(a.seed + rank)
 
     per_rank = a.problems // world
     bar = tqdm(range(start, a.steps), desc="train", disable=not master, initial=start, total=a.steps)
@@ -485,7 +510,7 @@ def main(argv=None):
         m["weight_switches"] = sampler.switches - sw0
         m["time/rollout"], m["time/update"] = t_roll, t_upd
         if a.eval_every and (step + 1) % a.eval_every == 0 and a.eval_n:
-            m["eval/success"] = evaluate()
+            m["eval/success"] = evaluate()["success"]
         if master:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(m) + "\n")
@@ -497,9 +522,10 @@ def main(argv=None):
         if (a.save_every and (step + 1) % a.save_every == 0) or step + 1 == a.steps:
             save_checkpoint(a, step + 1, pol, tok, rng, log, rank, world)
     if a.eval_n:
-        summary["success_after"] = evaluate()
+        summary["eval"]["after"] = evaluate()
+        summary["success_after"] = summary["eval"]["after"]["success"]
         log(f"held-out success after training: {summary['success_after']:.3f} "
-            f"(before: {summary.get('success_before')})")
+            f"(before: {summary.get('success_before')}; {proto['metric']})")
     summary["wall_s"] = round(time.time() - t_start, 1)
     if master:
         with open(summary_path + ".tmp", "w") as f:
