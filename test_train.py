@@ -68,8 +68,8 @@ def test_parallel_sampling_runs(tiny_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_matches_uninterrupted_run(tiny_dir, tmp_path):
-    common = BASE + ["--model", tiny_dir, "--engine", "hf", "--policies", "per-role", "--seed", "3",
+def test_resume_matches_uninterrupted_run(warm_dir, tmp_path):
+    common = BASE + ["--model", warm_dir, "--engine", "hf", "--policies", "per-role", "--seed", "3",
                      "--temperature", "1.5"]
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
     run(common + ["--steps", "4", "--out_dir", full, "--save_every", "2"])
