@@ -7,7 +7,8 @@ ChatML specials and a chat template. The model is a 3-layer Qwen3 (0.79M paramet
 --sft_steps > 0 it gets a short supervised warm-up on scripted transcripts of the task's own
 multi-agent protocol (tool agent proposes moves; planner keeps a proposal that solves, else gives its
 own moves), made by the BFS solver with deliberate noise, so RL starts from a weak but non-zero
-policy. Warm-up problems come from the train split at offset 5,000,000: never the held-out test seeds.
+policy. Warm-up problems come from the train split (offset 5,000,000): splits are disjoint by content
+(envs.split_of), so no state of a held-out map is ever in the warm-up.
 
     python tiny.py --out tiny-model                  # demo model (about 2 minutes on 2 cores)
     python tiny.py --out /tmp/t --sft_steps 0        # untrained model for tests (1 s)
