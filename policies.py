@@ -1,4 +1,4 @@
-"""Shared or per-role policies: models, log-probs, the PPO-clip loss and step, weight export.
+"""Shared or per-role policies: models, log-probs, the update step (objective: loss.py), weight export.
 
 Routing: `route(role, mode)` is the ONE place that says which policy serves and learns from a role:
 "shared" -> every role maps to policy "shared"; "per-role" -> each role has its own policy, and a role's
@@ -11,10 +11,10 @@ a micro-batch is one padding-free packed row of whole sequences instead. Logits 
 temperature, as the sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
 per-layer hooks and gradient checkpointing need.
 
-Loss (PPO-clip, no value net): per response token, -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A), plus
-optionally kl_coef * k3(pi || ref). Token-mean over ALL response tokens of the policy's mini-batch (the
-denominator is fixed before micro-batching, so gradient accumulation gives the same gradient as one
-big batch). Samples with A = 0 contribute exactly zero gradient without KL, so their compute is skipped.
+Update (`update`): plumbing around ONE objective, `loss_fn` (loss.py: PPO-clip by default; its
+contract is there). The token-mean's denominator is the whole mini-batch's token count, fixed before
+micro-batching, so gradient accumulation gives the same gradient as one big batch. Samples with A = 0
+contribute exactly zero gradient to PPO-clip without KL, so their compute is skipped.
 
 Data parallel (torchrun): either FSDP2 (`shard`: fully_shard per decoder layer + a root around the
 log-prob forward, bf16 mixed precision on GPU) or replicated models with summed gradients. Either way
@@ -242,20 +242,6 @@ def response_logprobs(model, samples, temperature, device):
     return out
 
 
-def ppo_loss(logp, old_logp, adv, eps_low=0.2, eps_high=0.2, denom=None, ref_logp=None, kl_coef=0.0):
-    """PPO-clip token loss summed and divided by `denom` (the token count of the whole mini-batch).
-    logp, old_logp, ref_logp: [T] per token; adv: [T] (the sample advantage broadcast to its tokens)."""
-    ratio = torch.exp(logp - old_logp)
-    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-    tok = -torch.minimum(ratio * adv, clipped * adv)
-    if ref_logp is not None and kl_coef > 0:
-        d = ref_logp - logp
-        tok = tok + kl_coef * (torch.exp(d) - d - 1)  # k3 estimator of KL(pi || ref), unbiased, >= 0
-    denom = denom if denom is not None else logp.numel()
-    clipfrac = ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)).float().sum()
-    return tok.sum() / denom, clipfrac
-
-
 def all_reduce_(t, op="sum"):
     """In place over all ranks (CPU tensors: the gloo side of the process group); no-op in 1 process."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -283,25 +269,32 @@ def settle(policy):
         policy.net.reshard()
 
 
-def update(policy, samples, args, device, rng):
-    """One PPO-clip update of `policy` on its samples (sample.advantage already set). Returns metrics,
-    summed/maxed over ranks (loss and clipfrac are those of the union of the ranks' samples).
-    Every rank must call it for every policy, in the same order, even with no samples."""
+def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=4096, mini_batches=1,
+           grad_clip=1.0, kl_coef=0.0, skip_zero_adv=True):
+    """One update of `policy` on its samples (sample.advantage already set) with `loss_fn` (the
+    objective: loss.ppo_clip, or anything with its contract). Returns metrics summed/maxed over ranks:
+    loss, grad_norm, logp_gap, skipped_steps, samples, and every stat loss_fn returns as a token-mean
+    (those of the union of the ranks' samples). kl_coef > 0: reference log-probs are computed (the
+    policy holds the reference model) and no sample is skipped. Every rank must call it for every
+    policy, in the same order, even with no samples."""
     model, net, sharded = policy.model, policy.net, policy.sharded
-    m = {"samples": len(samples), "skipped_steps": 0, "clipfrac": 0.0, "loss": 0.0, "grad_norm": 0.0,
-         "logp_gap": 0.0}
+    m = {"samples": len(samples), "skipped_steps": 0, "loss": 0.0, "grad_norm": 0.0, "logp_gap": 0.0}
+    # the names of loss_fn's stats, from the function itself on no tokens: every rank reduces the same
+    # names in the same order, also a rank with no samples
+    names = sorted(loss_fn(*(torch.zeros(0, device=device),) * 3, [], 1.0)[1])
+    stats = dict.fromkeys(names, 0.0)  # name -> token-mean, averaged over mini-batches
     model.eval()
     # old log-probs, recomputed by the trainer before any optimiser step (and the sampler/trainer gap)
     with torch.no_grad():
-        for mb in lockstep(list(pack(samples, args.micro_tokens, shares_prompt(model))), sharded):
-            lps = net(mb or _DUMMY, args.temperature, device)
+        for mb in lockstep(list(pack(samples, micro_tokens, shares_prompt(model))), sharded):
+            lps = net(mb or _DUMMY, temperature, device)
             for s, lp in zip(mb or [], lps):
                 s.extra["old_logp"] = lp
-                if s.logprobs and args.temperature > 0:
+                if s.logprobs and temperature > 0:
                     gap = (lp.cpu() - torch.tensor(s.logprobs, dtype=torch.float32)).abs().max().item()
                     m["logp_gap"] = max(m["logp_gap"], gap)
-                if policy.ref is not None and args.kl_coef > 0:
-                    s.extra["ref_logp"] = response_logprobs(policy.ref, [s], args.temperature, device)[0]
+                if policy.ref is not None and kl_coef > 0:
+                    s.extra["ref_logp"] = response_logprobs(policy.ref, [s], temperature, device)[0]
     settle(policy)
     model.train()
     # mini-batches of whole groups (a group's samples share a prompt: computed once), shuffled; every
@@ -311,49 +304,52 @@ def update(policy, samples, args, device, rng):
         groups.setdefault(tuple(s.prompt_ids), []).append(s)
     groups = list(groups.values())
     rng.shuffle(groups)
-    n_mini = max(1, args.mini_batches)
+    n_mini = max(1, mini_batches)
     minis = [[s for g in groups[k::n_mini] for s in g] for k in range(n_mini)]
     for mini in minis:
         denom = all_reduce_(torch.tensor(float(sum(len(s.response_ids) for s in mini)))).item()
         if denom == 0:  # no tokens for this policy on any rank: nothing to learn, no step
             continue
-        live = [s for s in mini if s.advantage != 0.0 or args.kl_coef > 0]
+        live = [s for s in mini if s.advantage != 0.0 or kl_coef > 0 or not skip_zero_adv]
         policy.opt.zero_grad(set_to_none=False)
         for p in model.parameters():  # grads must exist on every rank for the reductions below
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        sums = torch.zeros(2, dtype=torch.float64)  # loss, clipped tokens
-        for mb in lockstep(list(pack(live, args.micro_tokens, shares_prompt(model))), sharded):
-            lps = net(mb or _DUMMY, args.temperature, device)
+        loss_sum, sums = torch.zeros(1, dtype=torch.float64), {}
+        for mb in lockstep(list(pack(live, micro_tokens, shares_prompt(model))), sharded):
+            lps = net(mb or _DUMMY, temperature, device)
             if mb is None:  # joins the layers' collectives, adds nothing
                 (torch.cat(lps).sum() * 0.0).backward()
                 continue
-            logp = torch.cat(lps)
-            old = torch.cat([s.extra["old_logp"] for s in mb])
-            adv = torch.cat([torch.full((len(s.response_ids),), s.advantage, device=device) for s in mb])
             ref = torch.cat([s.extra["ref_logp"] for s in mb]) if "ref_logp" in mb[0].extra else None
-            loss, clip = ppo_loss(logp, old, adv, args.eps_low, args.eps_high, denom, ref, args.kl_coef)
+            loss, st = loss_fn(torch.cat(lps), torch.cat([s.extra["old_logp"] for s in mb]),
+                               torch.cat([torch.full((len(s.response_ids),), s.advantage, device=device) for s in mb]),
+                               [len(s.response_ids) for s in mb], denom, ref_logp=ref)
             loss.backward()
-            sums += torch.tensor([loss.item(), clip.item()], dtype=torch.float64)
+            loss_sum += loss.item()
+            for k, v in st.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
         settle(policy)
         if not sharded:  # replicated models: the token-mean over all ranks is a sum of gradients
             for p in model.parameters():  # (FSDP already reduce-scattered them, summed, in backward)
                 all_reduce_(p.grad)
-        loss_sum, clip_sum = all_reduce_(sums).tolist()  # global, so every rank skips or steps alike
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        # global, so every rank skips or steps alike
+        red = all_reduce_(torch.tensor([loss_sum.item()] + [sums.get(k, 0.0) for k in names], dtype=torch.float64)).tolist()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         gn = gn.full_tensor() if is_dtensor(gn) else gn
-        if not (math.isfinite(loss_sum) and torch.isfinite(gn)):
-            warnings.warn(f"policy {policy.name}: non-finite loss/grad ({loss_sum}, {gn}); step skipped")
+        if not (math.isfinite(red[0]) and torch.isfinite(gn)):
+            warnings.warn(f"policy {policy.name}: non-finite loss/grad ({red[0]}, {gn}); step skipped")
             policy.opt.zero_grad(set_to_none=False)
             m["skipped_steps"] += 1
         else:
             policy.opt.step()
-        m["loss"] += loss_sum / n_mini
+        m["loss"] += red[0] / n_mini
         m["grad_norm"] = max(m["grad_norm"], float(gn))
-        m["clipfrac"] += clip_sum / max(denom, 1.0) / n_mini
+        for k, v in zip(names, red[1:]):
+            stats[k] += v / max(denom, 1.0) / n_mini
     policy.sched.step()  # once per training step, not per mini-batch: --warmup and --steps count steps
     model.eval()
     m["logp_gap"] = all_reduce_(torch.tensor(m["logp_gap"]), "max").item()
     for s in samples:
         s.extra.clear()
-    return m
+    return {**m, **stats}

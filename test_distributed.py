@@ -60,6 +60,8 @@ def run_case(tiny_dir, case, rank, world, mesh, out, device="cpu"):
     """UPDATES updates of each policy of a case; returns the per-update metrics and final weights."""
     import torch
     from transformers import AutoModelForCausalLM
+    import functools
+    import loss as L
     import policies as P
     cfg = CASES[case]
     mesh = mesh if cfg["fsdp"] else None
@@ -82,7 +84,9 @@ def run_case(tiny_dir, case, rank, world, mesh, out, device="cpu"):
                 torch.save(pol.trainer_state(), path)
                 pol = new_policy(dict(pol.engine_weights()))
                 pol.load_trainer_state(torch.load(path, weights_only=False))
-            ms.append(P.update(pol, samples, args, device, no_shuffle))
+            objective = functools.partial(L.ppo_clip, eps_low=args.eps_low, eps_high=args.eps_high, kl_coef=args.kl_coef)
+            ms.append(P.update(pol, samples, device, no_shuffle, objective, args.temperature, args.micro_tokens,
+                               args.mini_batches, args.grad_clip, args.kl_coef))
         res[name] = {"metrics": ms, "weights": {k: v.cpu().clone() for k, v in pol.engine_weights()}}
     return res
 

@@ -1,4 +1,5 @@
 """PPO-clip loss, token-mean normalisation, packing, routing. python -m pytest -q test_policies.py"""
+import functools
 import math
 import random
 from types import SimpleNamespace
@@ -6,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import loss as L
 import policies as P
 from rollout import Sample
 
@@ -15,7 +17,8 @@ def test_ppo_clip_value_and_gradient_by_hand():
     # ratios 1.1 (inside), 1.5 (above 1+eps), 0.5 (below 1-eps), 1.5 with negative advantage
     logp = torch.log(torch.tensor([1.1, 1.5, 0.5, 1.5])).requires_grad_()
     adv = torch.tensor([2.0, 2.0, -1.0, -1.0])
-    loss, clipfrac = P.ppo_loss(logp, old, adv, 0.2, 0.2, denom=8.0)
+    loss, st = L.ppo_clip(logp, old, adv, [4], 8.0, eps_low=0.2, eps_high=0.2)
+    clipfrac = st["clipfrac"]
     # per token: -min(r*A, clip(r)*A)
     expect = [-min(1.1 * 2, 1.1 * 2), -min(1.5 * 2, 1.2 * 2), -min(0.5 * -1, 0.8 * -1), -min(1.5 * -1, 1.2 * -1)]
     assert loss.item() == pytest.approx(sum(expect) / 8.0, rel=1e-6)
@@ -30,10 +33,10 @@ def test_ppo_clip_value_and_gradient_by_hand():
 def test_asymmetric_eps_and_k3_kl():
     old = torch.zeros(1)
     logp = torch.log(torch.tensor([1.25]))
-    lo, _ = P.ppo_loss(logp, old, torch.ones(1), 0.2, 0.28)  # 1.25 < 1.28: not clipped
+    lo, _ = L.ppo_clip(logp, old, torch.ones(1), [1], 1.0, eps_low=0.2, eps_high=0.28)  # 1.25 < 1.28: not clipped
     assert lo.item() == pytest.approx(-1.25)
     ref = torch.log(torch.tensor([0.5]))
-    k, _ = P.ppo_loss(logp, old, torch.zeros(1), ref_logp=ref, kl_coef=1.0)
+    k, _ = L.ppo_clip(logp, old, torch.zeros(1), [1], 1.0, ref_logp=ref, kl_coef=1.0)
     d = math.log(0.5) - math.log(1.25)
     assert k.item() == pytest.approx(math.exp(d) - d - 1)
 
@@ -58,6 +61,13 @@ def args(**kw):
     return SimpleNamespace(**d)
 
 
+def update(pol, samples, a, device="cpu", rng=None):
+    """policies.update with train.py's objective and settings taken from a namespace like train.py's."""
+    objective = functools.partial(L.ppo_clip, eps_low=a.eps_low, eps_high=a.eps_high, kl_coef=a.kl_coef)
+    return P.update(pol, samples, device, rng or random.Random(0), objective, a.temperature, a.micro_tokens,
+                    a.mini_batches, a.grad_clip, a.kl_coef)
+
+
 def new_policy(tiny_dir, name="tool", warmup=0, schedule="constant"):
     from transformers import AutoModelForCausalLM
     m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
@@ -80,7 +90,7 @@ def test_token_mean_is_exact_under_micro_batching(tiny_dir):
     for micro in (100000, 40):  # one micro-batch vs many (shared-prompt groups split too)
         pol = new_policy(tiny_dir)
         copies = [Sample(**{k: getattr(s, k) for k in s.__dataclass_fields__}) for s in ss]
-        m = P.update(pol, copies, args(micro_tokens=micro), "cpu", random.Random(0))
+        m = update(pol, copies, args(micro_tokens=micro))
         # the accumulated gradient of the (single) optimiser step stays in .grad
         grads.append(torch.cat([p.grad.flatten() for p in pol.model.parameters()]))
         assert m["loss"] != 0.0
@@ -91,7 +101,7 @@ def test_token_mean_is_exact_under_micro_batching(tiny_dir):
 def test_first_step_ratio_is_one_and_gap_measured(tiny_dir):
     pol = new_policy(tiny_dir)
     ss = make_samples(8)
-    m = P.update(pol, ss, args(), "cpu", random.Random(0))
+    m = update(pol, ss, args())
     assert m["clipfrac"] == 0.0  # old log-probs recomputed by the same model: ratio exactly 1
     assert m["logp_gap"] > 0.1  # the fake sampler log-probs (0.0) are far from the model's
 
@@ -102,7 +112,7 @@ def test_per_role_isolation(tiny_dir):
     tool, planner = new_policy(tiny_dir, "tool"), new_policy(tiny_dir, "planner")
     before = {k: v.clone() for k, v in planner.model.state_dict().items()}
     tb = {k: v.clone() for k, v in tool.model.state_dict().items()}
-    P.update(tool, make_samples(12), args(), "cpu", random.Random(0))
+    update(tool, make_samples(12), args())
     assert all(torch.equal(before[k], v) for k, v in planner.model.state_dict().items())
     assert any(not torch.equal(tb[k], v) for k, v in tool.model.state_dict().items())
 
@@ -113,7 +123,7 @@ def test_non_finite_step_is_skipped(tiny_dir):
     ss[1].advantage = float("nan")
     before = {k: v.clone() for k, v in pol.model.state_dict().items()}
     with pytest.warns(UserWarning, match="non-finite"):
-        m = P.update(pol, ss, args(), "cpu", random.Random(0))
+        m = update(pol, ss, args())
     assert m["skipped_steps"] == 1
     assert all(torch.equal(before[k], v) for k, v in pol.model.state_dict().items())
 
@@ -159,7 +169,27 @@ def test_lr_schedule_counts_training_steps_not_mini_batches(tiny_dir):
     pol = new_policy(tiny_dir, warmup=2, schedule="cosine")
     lrs = []
     for _ in range(4):
-        P.update(pol, make_samples(12), args(mini_batches=4), "cpu", random.Random(0))
+        update(pol, make_samples(12), args(mini_batches=4))
         lrs.append(pol.sched.get_last_lr()[0])
     cos = lambda t: 1e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
     assert lrs == pytest.approx([1e-3, cos(0), cos(1 / 8), cos(2 / 8)])  # lr after 1..4 steps: warm-up ends, cosine
+
+
+def test_a_custom_objective_is_one_function_and_its_stats_are_logged(tiny_dir):
+    """The ablation contract of loss.py: update calls loss_fn and logs whatever stats it returns."""
+    seen = []
+
+    def seq_ratio(logp, old_logp, adv, lengths, denom, ref_logp=None):  # a toy sequence-level objective
+        seen.append(sum(lengths) == logp.numel())
+        if not lengths:  # update asks for the stat names on no tokens
+            return logp.sum(), {"tokens": 0.0}
+        ratio = torch.stack([d.sum().exp() for d in torch.split(logp - old_logp, lengths)])
+        a = torch.stack([x[0] for x in torch.split(adv, lengths)])
+        return -(ratio * a).sum() / denom, {"tokens": float(logp.numel())}
+
+    ss = make_samples(12)
+    m = P.update(new_policy(tiny_dir), ss, "cpu", random.Random(0), seq_ratio, 0.9, 100000, 1)
+    live = sum(len(s.response_ids) for s in ss if s.advantage != 0.0)
+    assert all(seen) and len(seen) > 1 and "clipfrac" not in m
+    assert m["tokens"] == pytest.approx(live / sum(len(s.response_ids) for s in ss))  # a token-mean
+    assert math.isfinite(m["loss"]) and m["grad_norm"] > 0

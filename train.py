@@ -296,10 +296,14 @@ def main(argv=None):
     import numpy as np
     import torch
     from tqdm import tqdm
+    import functools
     import grouping
+    import loss
     import policies as P
     import rollout as R
     master = rank == 0
+    # the objective (an ablation of it is a new function in loss.py, named here)
+    objective = functools.partial(loss.ppo_clip, eps_low=a.eps_low, eps_high=a.eps_high, kl_coef=a.kl_coef)
     log = (lambda s: tqdm.write(s)) if master else (lambda s: None)
     device = f"cuda:{local_rank}" if a.device == "cuda" else "cpu"
     if a.problems % world:
@@ -472,7 +476,8 @@ def main(argv=None):
             engine.sleep()
         upd = {}
         for n, p in pol.items():  # each policy learns only from the groups routed to it (every rank calls all)
-            upd[n] = P.update(p, [s for s in samples if s.policy == n], a, device, rng)
+            upd[n] = P.update(p, [s for s in samples if s.policy == n], device, rng, objective, a.temperature,
+                              a.micro_tokens, a.mini_batches, a.grad_clip, a.kl_coef)
         t_upd = time.time() - t1
         # metrics (summed over ranks where they are counts)
         stats = grouping.group_stats(rewards, keys)
@@ -488,10 +493,8 @@ def main(argv=None):
              "zero_adv_frac": v[4] / max(1, v[5]), "groups": int(v[5]), "truncated": int(v[6])}
         for i, r in enumerate(roles):
             m[f"reward/{r}"] = v[7 + 2 * i] / max(1, v[8 + 2 * i])
-        for n, u in upd.items():
-            m[f"logp_gap/{n}"] = u["logp_gap"]
-            m[f"loss/{n}"], m[f"grad_norm/{n}"], m[f"clipfrac/{n}"] = u["loss"], u["grad_norm"], u["clipfrac"]
-            m[f"skipped_steps/{n}"] = u["skipped_steps"]
+        for n, u in upd.items():  # loss, grad norm, logp_gap, skipped steps and the objective's own stats
+            m.update({f"{k}/{n}": val for k, val in u.items() if k != "samples"})
             m[f"lr/{n}"] = pol[n].sched.get_last_lr()[0]
         m["logp_gap"] = max(u["logp_gap"] for u in upd.values())
         # new weights go to the engine now when one policy serves all roles; per-role, each policy is
