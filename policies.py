@@ -100,10 +100,6 @@ class Policy:
             v = v.full_tensor() if is_dtensor(v) else v
             yield k, (v.detach() if dtype is None else v.detach().to(dtype))
 
-    def state_dict_for_engine(self):
-        """Weights as the engine wants them: state_dict() (tied embeddings included), detached."""
-        return dict(self.engine_weights())
-
     def trainer_state(self):
         """Optimiser and scheduler state; under FSDP this rank's shards, as plain tensors."""
         opt = self.opt.state_dict()
