@@ -1,6 +1,6 @@
 """The paper's table in miniature: every regime trained and measured the same way, on the CPU demo.
 
-    python table.py                    # ~21 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
+    python table.py                    # ~14 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
     python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look
 
 Rows (the paper's five, then two ablations), all from the same warm-started tiny model, the same
