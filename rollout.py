@@ -214,6 +214,17 @@ def _prompts(sampler, items, role, max_prompt_tokens):
     return live, prompts
 
 
+def group_key(pid, env, role):
+    """AT-GRPO's group: (problem, turn, role). Its K samples share one prompt (check_groups asserts it)."""
+    return (pid, env.turn, role)
+
+
+def pick_branch(rewards, rng):
+    """The branch the episode continues from: the highest reward, ties broken at random (seeded)."""
+    best = max(rewards)
+    return rng.choice([j for j, r in enumerate(rewards) if r == best])
+
+
 def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_tokens=4096, first_pid=0):
     """AT-GRPO tree sampling over a list of envs (modified: each is replaced by its best branch).
     Returns (samples, final envs)."""
@@ -230,19 +241,17 @@ def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_toke
             for it, p, comps in zip(live, prompts, outs):
                 pid, env = it
                 assert len(comps) == K, f"engine returned {len(comps)} completions, expected K={K}"
-                key, branches, rewards = (pid, env.turn, role), [], []
+                key, branches, group = group_key(pid, env, role), [], []
                 for c in comps:
                     b = env.clone()  # step, score and keep THE SAME object
                     text = sampler.decode(c)
                     r = float(b.step(role, text))
                     branches.append(b)
-                    rewards.append(r)
-                    samples.append(Sample(p, c.ids, c.logprobs, r, key, role, sampler.route(role),
-                                          c.truncated, text))
-                best = max(rewards)
-                j = rng.choice([j for j, r in enumerate(rewards) if r == best])
-                samples[-K + j].extra["continued"] = True  # the branch the episode goes on from
+                    group.append(Sample(p, c.ids, c.logprobs, r, key, role, sampler.route(role), c.truncated, text))
+                j = pick_branch([x.reward for x in group], rng)
+                group[j].extra["continued"] = True  # the branch the episode goes on from
                 it[1] = branches[j]
+                samples += group
     check_groups(samples, K)
     return samples, [it[1] for it in items]
 

@@ -176,3 +176,10 @@ def test_parallel_rollout_keys_per_problem(tok):
     samples, finals = R.linear_rollout(envs_, sampler, 1.0, 8, pids=[0, 0, 0, 1, 1, 1])
     assert {s.key for s in samples} <= {(p, r) for p in (0, 1) for r in ("tool", "planner")}
     assert all(n == 1 for _, n in sampler.engine.calls)
+
+
+def test_pick_branch_takes_a_best_reward_and_breaks_ties_by_the_rng():
+    assert R.pick_branch([0.0, 2.0, 1.0], random.Random(0)) == 1
+    picks = {R.pick_branch([1.0, 3.0, 3.0, 0.0, 3.0], random.Random(s)) for s in range(50)}
+    assert picks == {1, 2, 4}  # every tied best, never another
+    assert R.pick_branch([1.0, 3.0, 3.0], random.Random(7)) == R.pick_branch([1.0, 3.0, 3.0], random.Random(7))
