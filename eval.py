@@ -1,8 +1,8 @@
 """Evaluate a model (or one model per role) on a task's workflow, the same way training sees it:
 same envs, same engines, no tree sampling, no learning.
 
-    python eval.py --task plan_path --model runs/cpu-demo/ckpt-000150 --size 5 --tool_mode direct --max_turns 2 --n 200
-    python eval.py --task plan_path --model tiny-model --role_model planner=runs/x/ckpt-000150/planner ...
+    python eval.py --preset cpu-demo --model runs/cpu-demo/ckpt-000200 --n 200     # the demo's task settings
+    python eval.py --preset cpu-demo --model tiny-model --role_model planner=runs/cpu-demo/ckpt-000200/planner
     python eval.py --plot runs/cpu-demo            # reward and success curves -> runs/cpu-demo/curves.png
     python -m pytest -q test_eval.py
 
@@ -16,7 +16,11 @@ import os
 import sys
 import time
 
-import train
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import rollout
+from common import Parser, add_common_args, die, make_env, parse_args, problem_count
 
 
 def resolve_models(model, role_models, roles):
@@ -32,11 +36,11 @@ def resolve_models(model, role_models, roles):
     for spec in role_models:
         role, _, path = spec.partition("=")
         if role not in roles or not path:
-            train.die(f"--role_model {spec!r}: expected ROLE=PATH with ROLE in {roles}")
+            die(f"--role_model {spec!r}: expected ROLE=PATH with ROLE in {roles}")
         out[role] = path
     for r, p in out.items():
         if not os.path.isfile(os.path.join(p, "config.json")):
-            train.die(f"model for role {r!r} not found: {p} has no config.json")
+            die(f"model for role {r!r} not found: {p} has no config.json")
     return out
 
 
@@ -47,50 +51,40 @@ def shape(cfg):
                                                  "head_dim", "tie_word_embeddings"))
 
 
-def run_eval(a, engines=None):
-    """`engines`: a dict kept across calls to reuse one engine (table.py evaluates every row on one
-    vLLM engine, swapping weights: starting an engine costs ~25 s on the CPU)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    import rollout as R
+def run_eval(args):
     t0 = time.time()
-    torch.manual_seed(a.seed)
-    roles = train.make_env(a, a.split, 0).roles
-    dirs = resolve_models(a.model, a.role_model, roles)
+    torch.manual_seed(args.seed)
+    roles = make_env(args, args.split, 0).roles
+    dirs = resolve_models(args.model, args.role_model, roles)
     names = sorted(set(dirs.values()))
-    models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, a.dtype)).eval() for d in names}
+    models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, args.dtype)).eval() for d in names}
     tok = AutoTokenizer.from_pretrained(dirs[roles[0]])
     shapes = {d: shape(models[d].config) for d in names}
     if len(set(shapes.values())) > 1:  # one engine serves every role: their weights must fit one model
-        train.die("the roles' models differ in shape (one engine serves every role): "
-                  + "; ".join(f"{d}: {s}" for d, s in shapes.items()))
-    limit = getattr(models[names[0]].config, "max_position_embeddings", 4096)
-    spec = (a.engine, a.device, a.dtype, a.seed, shapes[names[0]], min(limit, a.max_prompt_tokens + a.max_tokens))
-    engine = (engines or {}).get(spec)
-    if engine is None:
-        engine = R.make_engine(a.engine, names[0], device=a.device, dtype=a.dtype, seed=a.seed, max_model_len=spec[-1])
-        if engines is not None:
-            engines[spec] = engine
-    sampler = R.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
-    # seeded on its own: a reused engine (whatever it sampled before) gives a fresh process's numbers,
-    # and train.py's evaluation of the same weights with the same seed gives these
-    res = R.evaluate(lambda i: train.make_env(a, a.split, i), a.n, sampler, a.temperature, a.max_tokens,
-                     a.samples, min(a.max_prompt_tokens, limit - a.max_tokens), seed=a.seed)
+        die("the roles' models differ in shape (one engine serves every role): "
+            + "; ".join(f"{d}: {s}" for d, s in shapes.items()))
+    context = getattr(models[names[0]].config, "max_position_embeddings", 4096)
+    engine = rollout.make_engine(args.engine, names[0], device=args.device, dtype=args.dtype, seed=args.seed,
+                                 max_model_len=min(context, args.max_prompt_tokens + args.max_tokens))
+    sampler = rollout.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
+    # seeded on its own: train.py's evaluation of the same weights with the same seed gives these numbers
+    res = rollout.evaluate(lambda i: make_env(args, args.split, i), args.n, sampler, args.temperature, args.max_tokens,
+                           args.samples, min(args.max_prompt_tokens, context - args.max_tokens), seed=args.seed)
     res.update(wall_s=round(time.time() - t0, 1), models=dirs,
-               settings={k: v for k, v in vars(a).items() if k != "plot"})
+               settings={k: v for k, v in vars(args).items() if k != "plot"})
     return res
 
 
 def plot(run_dir):
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(path):
-        train.die(f"no metrics.jsonl in {run_dir}")
+        die(f"no metrics.jsonl in {run_dir}")
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        train.die("--plot needs matplotlib (an optional dependency): pip install matplotlib")
+        die("--plot needs matplotlib (an optional dependency): pip install matplotlib")
     ms = [json.loads(line) for line in open(path)]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for k in sorted({k for m in ms for k in m if k.startswith("reward/")}):
@@ -106,44 +100,38 @@ def plot(run_dir):
     print(f"wrote {out}")
 
 
-def main(argv=None, engines=None):
-    ap = train.Parser(description="Evaluate a task's workflow. See the docstring of eval.py.")
+def main(argv=None):
+    ap = Parser(description="Evaluate a task's workflow. See the docstring of eval.py.")
     A = ap.add_argument
     A("--plot", default=None, help="run directory: draw its metrics.jsonl curves to curves.png and exit")
-    train.add_common_args(A)
+    add_common_args(ap)
     A("--model", default=None, help="model dir, or a train.py checkpoint dir with one sub-dir per policy")
     A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model (repeatable)")
-    A("--split", default="test", help="train, val or test")
+    A("--split", default="test", choices=("train", "val", "test"), help="which problems")
     A("--n", type=int, default=200, help="problems")
     A("--samples", type=int, default=None,
       help="episodes per problem (avg@S and pass@S); default: the task's protocol (rollout.eval_protocol: 5 for math, else 1)")
     A("--temperature", type=float, default=None,
       help="0 = greedy; default: the task's protocol, as the paper (0.6 for math, greedy for games, planning and code)")
     A("--json", default=None, help="write the results (with every setting) to this file")
-    a = ap.parse_args(argv)
-    if a.plot:
-        return plot(a.plot)
-    if a.model is None:
-        train.die("--model is required")
-    import rollout as R
-    proto = R.eval_protocol(a.task)  # train.py --eval_n uses the same
-    if a.samples is None:
-        a.samples = proto["samples"]
-    if a.temperature is None:
-        a.temperature = proto["temperature"]
-    if a.n <= 0 or a.samples <= 0 or a.temperature < 0:
-        train.die("--n and --samples must be positive, --temperature >= 0")
-    if a.split not in ("train", "val", "test"):
-        train.die(f"unknown --split {a.split!r}; choose from train, val, test")
-    train.check_common(a)
-    a.n = min(a.n, train.problem_count(a, a.split) or a.n)  # a dataset holds only so many problems
-    res = run_eval(a, engines)
-    print(f"{a.task} ({a.workflow}, {a.split}, n={a.n}, samples={a.samples}, T={a.temperature})")
-    for k in ["success", f"pass@{a.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
+    args = parse_args(ap, argv)
+    if args.plot:
+        return plot(args.plot)
+    if args.model is None:
+        die("--model is required")
+    proto = rollout.eval_protocol(args.task)  # train.py --eval_n uses the same
+    args.samples = proto["samples"] if args.samples is None else args.samples
+    args.temperature = proto["temperature"] if args.temperature is None else args.temperature
+    if args.n <= 0 or args.samples <= 0 or args.temperature < 0:
+        die("--n and --samples must be positive, --temperature >= 0")
+    args.n = min(args.n, problem_count(args, args.split) or args.n)  # a dataset holds only so many problems
+    res = run_eval(args)
+    print(f"{args.task} ({args.workflow}, {args.split}, n={args.n}, samples={args.samples}, T={args.temperature})")
+    for k in ["success", f"pass@{args.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
         v = res[k]
         print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")
-    if a.json:
-        with open(a.json, "w") as f:
+    if args.json:
+        with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
     return res
 

@@ -40,16 +40,7 @@ def advantages(rewards, keys, std_norm=True, eps=1e-6):
 
 
 def group_stats(rewards, keys):
-    """Counts for the logs: how many groups, and which fraction carry no signal."""
+    """Counts for the logs: groups, and groups with no learning signal (singletons, zero spread)."""
     r = np.asarray(rewards, dtype=np.float64)
-    groups = group_indices(keys)
-    sizes = [len(v) for v in groups.values()]
-    singletons = sum(s < 2 for s in sizes)
-    flat = sum(len(v) >= 2 and np.ptp(r[v]) == 0.0 for v in groups.values())
-    n = max(len(groups), 1)
-    return {
-        "groups": len(groups),
-        "group_size_mean": float(np.mean(sizes)) if sizes else 0.0,
-        "singleton_groups": singletons,
-        "zero_adv_frac": (singletons + flat) / n,  # fraction of groups with no learning signal
-    }
+    groups = group_indices(keys).values()
+    return {"groups": len(groups), "zero_adv_groups": sum(len(v) < 2 or np.ptp(r[v]) == 0.0 for v in groups)}

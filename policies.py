@@ -31,6 +31,8 @@ from types import SimpleNamespace
 
 import torch
 
+from common import all_reduce_
+
 
 def route(role, mode):
     return "shared" if mode == "shared" else role
@@ -236,13 +238,6 @@ def response_logprobs(model, samples, temperature, device):
         tgt = torch.tensor(s.response_ids, device=device)
         out.append(torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0])
     return out
-
-
-def all_reduce_(t, op="sum"):
-    """In place over all ranks (CPU tensors: the gloo side of the process group); no-op in 1 process."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(t, op=getattr(torch.distributed.ReduceOp, op.upper()))
-    return t
 
 
 _DUMMY = [SimpleNamespace(prompt_ids=[0], response_ids=[0], advantage=0.0, extra={})]

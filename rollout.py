@@ -220,7 +220,9 @@ def group_key(pid, env, role):
 
 
 def pick_branch(rewards, rng):
-    """The branch the episode continues from: the highest reward, ties broken at random (seeded)."""
+    """The branch the episode continues from: the highest reward, ties broken at random (`rng`: its own
+    seeded stream). `rewards` are what env.step returned: floats (alpha * team + local) that carry their
+    parts, so a rule on team success alone reads `r.team`."""
     best = max(rewards)
     return rng.choice([j for j, r in enumerate(rewards) if r == best])
 
@@ -241,14 +243,16 @@ def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_toke
             for it, p, comps in zip(live, prompts, outs):
                 pid, env = it
                 assert len(comps) == K, f"engine returned {len(comps)} completions, expected K={K}"
-                key, branches, group = group_key(pid, env, role), [], []
+                key, branches, rewards, group = group_key(pid, env, role), [], [], []
                 for c in comps:
                     b = env.clone()  # step, score and keep THE SAME object
                     text = sampler.decode(c)
-                    r = float(b.step(role, text))
+                    reward = b.step(role, text)
                     branches.append(b)
-                    group.append(Sample(p, c.ids, c.logprobs, r, key, role, sampler.route(role), c.truncated, text))
-                j = pick_branch([x.reward for x in group], rng)
+                    rewards.append(reward)
+                    group.append(Sample(p, c.ids, c.logprobs, float(reward), key, role, sampler.route(role),
+                                        c.truncated, text))
+                j = pick_branch(rewards, rng)
                 group[j].extra["continued"] = True  # the branch the episode goes on from
                 it[1] = branches[j]
                 samples += group

@@ -15,27 +15,25 @@ seed, the same step budget and problems/step, measured by eval.py on the same he
     ablation: parallel sampling  per-role, but K independent episodes instead of tree sampling
     ablation: roles swapped      the per-role run's tool model serves the planner and vice versa
 and, first, the floor: the success of uniformly random answers (envs.random_floor) on the same problems.
-Each training is a separate `train.py` process, exactly as a user runs it; then every row is
-evaluated by eval.py's own main() in this process, on one engine whose weights are swapped per row.
+Each training is a `train.py --preset cpu-demo` process and each evaluation an `eval.py --preset
+cpu-demo` process, exactly as a user runs them (the preset is the one source of the demo's settings).
 Finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted table resumes
 where it stopped; a directory holding a table made with other settings is refused, never mixed in.
 The step budget (60) is what fits the 30-minute bar: the parallel-sampling ablation costs ~2.5x a
 tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 
-import train
+import envs
+from common import PRESETS, Parser, die, latest_checkpoint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEMO = train.PRESETS["cpu-demo"]
-TASK_FLAGS = ["--task", DEMO["task"], "--size", str(DEMO["size"]), "--wall_prob", str(DEMO["wall_prob"]),
-              "--max_turns", str(DEMO["max_turns"]), "--tool_mode", DEMO["tool_mode"],
-              "--max_tokens", str(DEMO["max_tokens"]), "--engine", DEMO["engine"], "--device", "cpu"]
+PRESET = "cpu-demo"
+DEMO = PRESETS[PRESET]
 # (row, training flags or None for untrained, eval flags)
 ROWS = [
     ("single agent", None, ["--workflow", "single"]),
@@ -69,17 +67,17 @@ def check_settings(a):
         have = json.load(open(path))
         diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
         if diff:
-            train.die(f"{a.out_dir} holds a table made with other settings ({', '.join(f'{k}: {have.get(k)}' for k in diff)}); "
+            die(f"{a.out_dir} holds a table made with other settings ({', '.join(f'{k}: {have.get(k)}' for k in diff)}); "
                       "give another --out_dir (or the same settings to resume it)")
     elif os.path.isdir(a.out_dir) and os.listdir(a.out_dir):
-        train.die(f"{a.out_dir} is not empty and holds no table-settings.json; give another --out_dir")
+        die(f"{a.out_dir} is not empty and holds no table-settings.json; give another --out_dir")
     os.makedirs(a.out_dir, exist_ok=True)
     with open(path, "w") as f:
         json.dump(want, f, indent=1)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="The paper's table in miniature (CPU demo). See the docstring.")
+    ap = Parser(description="The paper's table in miniature (CPU demo). See the docstring.")
     ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
     ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
     ap.add_argument("--seed", type=int, default=0, help="seed of every run")
@@ -87,52 +85,38 @@ def main(argv=None):
     ap.add_argument("--tiny_dir", default="tiny-model", help="the warm-started demo model (built if absent)")
     a = ap.parse_args(argv)
     if a.steps <= 0 or a.eval_n <= 0:
-        train.die("--steps and --eval_n must be positive")
+        die("--steps and --eval_n must be positive")
     check_settings(a)
     log, t0 = os.path.join(a.out_dir, "log.txt"), time.time()
-    if not os.path.isdir(a.tiny_dir):
-        import tiny
-        tiny.build(a.tiny_dir, sft_steps=DEMO["tiny_sft_steps"], size=DEMO["size"], seed=a.seed,
-                   max_turns=DEMO["max_turns"])
     py = sys.executable
-    train_flags = ["--K", str(DEMO["K"]), "--problems", str(DEMO["problems"]), "--mini_batches",
-                   str(DEMO["mini_batches"]), "--lr", str(DEMO["lr"]), "--lr_schedule", DEMO["lr_schedule"], "--weight_decay", "0", "--warmup", "0",
-                   "--temperature", str(DEMO["temperature"]), "--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1",
-                   "--seed", str(a.seed), "--model", a.tiny_dir]
-    ckpts, evals = {}, []  # first train every row (one train.py process each), then evaluate them all
-    for name, tflags, eflags in ROWS:
+    common = ["--preset", PRESET, "--seed", str(a.seed)]
+    train_flags = ["--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1", "--eval_n", "0"]
+    for name, tflags, _ in ROWS:  # train every row (unless its final checkpoint exists), one process each
         run_dir = os.path.join(a.out_dir, slug(name))
-        if isinstance(tflags, list):  # train this row (unless its final checkpoint exists)
-            ck = os.path.join(run_dir, f"ckpt-{a.steps:06d}")
-            if not os.path.isdir(ck):
-                if os.path.isdir(run_dir) and train.latest_checkpoint(run_dir) is None:
-                    os.rename(run_dir, f"{run_dir}.partial-{int(time.time())}")  # cut before any checkpoint: kept aside
-                resume = ["--resume"] if os.path.isdir(run_dir) else []
-                sh([py, "train.py", *TASK_FLAGS, *train_flags, *tflags, "--out_dir", run_dir, *resume], log)
-            ckpts[name] = ck
+        if isinstance(tflags, list) and not os.path.isdir(os.path.join(run_dir, f"ckpt-{a.steps:06d}")):
+            if os.path.isdir(run_dir) and latest_checkpoint(run_dir) is None:
+                os.rename(run_dir, f"{run_dir}.partial-{int(time.time())}")  # cut before any checkpoint: kept aside
+            resume = ["--resume"] if os.path.isdir(run_dir) else []
+            # the first run builds a missing demo model (train.py --model tiny); the others start from it
+            model = ["--model", a.tiny_dir] if os.path.isdir(a.tiny_dir) else ["--model", "tiny", "--tiny_dir", a.tiny_dir]
+            sh([py, "train.py", *common, *train_flags, *model, *tflags, "--out_dir", run_dir, *resume], log)
+    rows = []
+    for name, tflags, eflags in ROWS:  # evaluate every row (unless its JSON exists), one process each
+        ck = os.path.join(a.out_dir, slug(tflags if isinstance(tflags, str) else name), f"ckpt-{a.steps:06d}")
+        if isinstance(tflags, list):
             model = ["--model", ck]
         elif isinstance(tflags, str):  # swap the roles of a trained per-role run
-            ck = ckpts[tflags]
-            model = ["--model", ck, "--role_model", f"tool={ck}/planner", "--role_model", f"planner={ck}/tool"]
-            eflags = []
+            model, eflags = ["--model", ck, "--role_model", f"tool={ck}/planner", "--role_model", f"planner={ck}/tool"], []
         else:
             model = ["--model", a.tiny_dir]
-        evals.append((name, [*TASK_FLAGS, *model, *eflags, "--n", str(a.eval_n), "--seed", str(a.seed),
-                             "--split", "test", "--json", os.path.join(a.out_dir, f"eval-{slug(name)}.json")]))
-    # every row is evaluated in THIS process on one engine (weights swapped per row), as `python eval.py
-    # ARGS` would: 7 eval processes would each start vLLM (~25 s on the CPU) and import torch again
-    import eval as E
-    rows, engines = [], {}
-    for name, args in evals:
-        out = args[-1]
+        out = os.path.join(a.out_dir, f"eval-{slug(name)}.json")
         if not os.path.exists(out):
-            print("$ python eval.py " + " ".join(args), flush=True)
-            E.main(args, engines)
+            sh([py, "eval.py", *common, *model, *eflags, "--n", str(a.eval_n), "--split", "test", "--json", out], log)
         r = json.load(open(out))
         rows.append({"row": name, "success": r["success"], "turns": r["turns"],
                      **{k: v for k, v in r.items() if k.startswith("reward/")}})
         print(f"{name:40s} {100 * r['success']:5.1f}%", flush=True)
-    import envs  # the floor: every role answers uniformly at random, on the same test problems
+    # the floor: every role answers uniformly at random, on the same test problems
     opts = {k: DEMO[k] for k in ("size", "wall_prob", "max_turns", "tool_mode")}
     floor = envs.random_floor(lambda i: envs.make(DEMO["task"], "test", i, **opts), a.eval_n, seed=a.seed)
     rows.insert(0, {"row": "uniformly random answers (floor)", **floor})

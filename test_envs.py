@@ -1,9 +1,18 @@
-"""python -m pytest -q test_envs.py"""
+"""The tasks (task.py, task_games.py, task_math.py, task_code.py) and their registry (envs.py).
+
+    python -m pytest -q test_envs.py
+"""
+import argparse
+import copy
+import pickle
 import random
 
 import pytest
 
 import envs
+from task import SPLIT_SEED, SPLIT_SHARE, Reward, Task, split_of
+from task_code import parse_test, show_test
+from task_games import BACK, MOVES, sudoku_solve
 
 
 def mk(split="train", i=0, **kw):
@@ -65,12 +74,12 @@ def test_walls_block_and_splits_disjoint():
     ref = e.reference("planner")
     assert e.walk(ref) == (e.goal, ref)
     # passing over the goal and walking on is not a solution
-    team, local = e.score(ref + envs.BACK[ref[-1]])
+    team, local = e.score(ref + BACK[ref[-1]])
     assert team == 0.0 and local < 1.0
     train = {(mk("train", i).walls, mk("train", i).goal, mk("train", i).pos) for i in range(200)}
     test = {(mk("test", i).walls, mk("test", i).goal, mk("test", i).pos) for i in range(200)}
     assert not train & test
-    assert envs.SPLIT_SEED["train"] + 10_000_000 <= envs.SPLIT_SEED["test"]
+    assert SPLIT_SEED["train"] + 10_000_000 <= SPLIT_SEED["test"]
 
 
 def test_single_workflow_and_errors():
@@ -139,7 +148,7 @@ def test_games_clone_independent_and_splits_disjoint(task, kw):
 
 def test_sudoku_unique_givens_enforced():
     a, b = envs.make("sudoku", "test", 0), envs.make("sudoku", "test", 1)
-    assert len(envs.sudoku_solve(list(a.givens), 4, limit=5)) == 1
+    assert len(sudoku_solve(list(a.givens), 4, limit=5)) == 1
     assert a.solution_grid != b.solution_grid or a.givens != b.givens
     assert all(a.solution_grid)  and a.valid(a.solution_grid)
     # another puzzle's valid solution fails this puzzle (it breaks a given), unless identical
@@ -233,22 +242,22 @@ def test_code_success_needs_all_tests_and_tester_follows_reference():
     assert not e.success and 0 < r < 1
     # the tester's reward follows the reference solution, not the coder's program
     wrong = {"input": first["input"], "output": "999999999\n"}
-    assert e.clone().step("tester", envs.show_test(wrong)) == 0.0
-    assert e.clone().step("tester", envs.show_test(first)) == 1.0
+    assert e.clone().step("tester", show_test(wrong)) == 0.0
+    assert e.clone().step("tester", show_test(first)) == 1.0
     assert e.clone().step("tester", "no test") == -1.0
-    e.step("tester", envs.show_test(first))  # the cheat passes this test: done, though not a success
+    e.step("tester", show_test(first))  # the cheat passes this test: done, though not a success
     assert e.done and not e.success
     # the coder sees where it failed
     f = envs.make("code", "train", 1, data="offline")
     f.step("coder", "```python\nprint(0)\n```")
     f.step("tester", f.reference("tester"))
     assert not f.done and "failed" in f.prompt("coder")[0]["content"]
-    assert envs.parse_test(f"```\nassert {ep}([1.0], 0.5) == False\n```", "function", ep).startswith("assert")
+    assert parse_test(f"```\nassert {ep}([1.0], 0.5) == False\n```", "function", ep).startswith("assert")
 
 
 def test_dataset_splits_disjoint():
     for task in ("math", "code"):
-        n = {s: envs.count(task, s, "offline") for s in ("train", "test")}
+        n = {s: envs.count(task, s, data="offline") for s in ("train", "test")}
         train = {envs.make(task, "train", i, data="offline").prompt(envs.make(task, "train", 0, data="offline").roles[0])[0]["content"]
                  for i in range(n["train"])}
         test = {envs.make(task, "test", i, data="offline").prompt(envs.make(task, "test", 0, data="offline").roles[0])[0]["content"]
@@ -263,7 +272,7 @@ MOVE_GAMES = [("plan_path", dict(size=4)), ("plan_path", dict(size=6)), ("plan_p
 
 def blocked_after(e, moves):
     """A move that is blocked once `moves` have been walked (a wall, the edge, a stuck box), or None."""
-    for m in envs.MOVES:
+    for m in MOVES:
         if (e.walk(moves + m)[-1]) == moves:
             return m
     return None
@@ -300,13 +309,13 @@ def replay(e, moves):
     if e.TITLE == "Plan-path":
         r, c = e.pos
         for m in moves:
-            r, c = r + envs.MOVES[m][0], c + envs.MOVES[m][1]
+            r, c = r + MOVES[m][0], c + MOVES[m][1]
             if not (0 <= r < e.size and 0 <= c < e.size) or (r, c) in e.walls:
                 return False
         return (r, c) == e.goal
     (r, c), boxes = e.player, set(e.boxes)
     for m in moves:
-        dr, dc = envs.MOVES[m]
+        dr, dc = MOVES[m]
         if (r + dr, c + dc) in e.walls:
             return False
         if (r + dr, c + dc) in boxes:
@@ -384,12 +393,12 @@ def test_splits_disjoint_by_content_at_scale(task, kw):
 
 
 def test_split_of_is_a_pure_function_with_the_stated_shares():
-    assert envs.split_of(("x", 1)) == envs.split_of(("x", 1))
+    assert split_of(("x", 1)) == split_of(("x", 1))
     counts = {}
     for i in range(20_000):
-        s = envs.split_of(("probe", i))
+        s = split_of(("probe", i))
         counts[s] = counts.get(s, 0) + 1
-    for split, share in envs.SPLIT_SHARE:
+    for split, share in SPLIT_SHARE:
         assert abs(counts[split] / 20_000 - share) < 0.01
 
 
@@ -419,3 +428,95 @@ def test_random_floor_plays_whole_episodes_and_is_low():
     assert small == envs.random_floor(mk(3), 200)  # seeded
     assert 1.0 < demo["turns"] <= 2.0 and 0 < demo["success"] < 0.05 and 0 < small["success"] < 0.1
     assert envs.random_floor(lambda i: envs.make("sudoku", "test", i, tool_mode="direct"), 50)["success"] == 0.0
+
+
+# ---- the registry: a new task is one class and one line -----------------------------------------------
+class SecretWord(Task):
+    """Say the secret word: one role, one turn (the smallest task the contract allows)."""
+    NAME = "secret"
+    ROLES = {"mas": ("speaker",), "single": ("speaker",)}
+    OPTIONS = {**Task.OPTIONS, "word": dict(default="xyzzy", help="the secret word")}
+
+    def render(self, role):
+        return [{"role": "user", "content": f"Say the word {self.options['word']}."}]
+
+    def act(self, role, text):
+        self.success = isinstance(text, str) and text.strip() == self.options["word"]
+        self.end_turn(True)  # one answer ends the episode
+        return float(self.success), 0.0 if isinstance(text, str) and text.strip() else -1.0
+
+    def reference(self, role):
+        return self.options["word"]
+
+
+def test_a_registered_toy_task_plays_through_make_and_exposes_its_option(monkeypatch):
+    monkeypatch.setitem(envs.TASKS, "secret", SecretWord)
+    e = envs.make("secret", "test", 3, word="plugh", alpha=0.5)
+    assert e.roles == ("speaker",) and "plugh" in e.prompt("speaker")[0]["content"]
+    r = e.step("speaker", e.reference("speaker"))
+    assert e.done and e.success and e.turn == 1 and r == 0.5 and (r.team, r.local) == (1.0, 0.0)
+    with pytest.raises(RuntimeError):
+        e.step("speaker", "plugh")
+    e = envs.make("secret")
+    assert e.step("speaker", "") == -1.0 and e.done and not e.success
+    with pytest.raises(ValueError):
+        e.prompt("listener")
+    assert envs.count("secret", "train") is None  # procedural by default
+    with pytest.raises(ValueError, match="word"):  # the error names the task's options
+        envs.make("secret", size=4)
+    ap = argparse.ArgumentParser()
+    envs.add_task_args(ap)
+    a = ap.parse_args(["--task", "secret", "--word", "frotz", "--size", "5"])
+    assert envs.task_options("secret", a) == dict(max_turns=4, alpha=1.0, workflow="mas", word="frotz")
+    assert envs.make("secret", **envs.task_options("secret", a)).reference("speaker") == "frotz"
+    assert "the secret word" in ap.format_help() and ap.parse_args([]).word == "xyzzy"
+
+
+def test_task_flags_reproduce_the_old_defaults():
+    ap = argparse.ArgumentParser()
+    envs.add_task_args(ap)
+    a = ap.parse_args([])
+    assert (a.task, a.size, a.wall_prob, a.boxes, a.data, a.max_turns, a.alpha, a.tool_mode, a.workflow) == (
+        "plan_path", None, 0.22, 1, None, 4, 1.0, "code", "mas")
+    assert "plan_path 10, sudoku 4, sokoban 6" in ap.format_help()
+    assert envs.task_options("sudoku", a) == dict(max_turns=4, alpha=1.0, workflow="mas", tool_mode="code")
+    assert envs.make("sudoku", **envs.task_options("sudoku", a)).n == 4  # --size unset: sudoku's own default
+    assert envs.task_options("math", ap.parse_args(["--task", "math", "--data", "offline"]))["data"] == "offline"
+    for bad in (["--task", "nope"], ["--tool_mode", "both"], ["--workflow", "solo"]):
+        with pytest.raises(SystemExit):
+            ap.parse_args(bad)
+
+
+def test_step_returns_a_reward_that_carries_its_parts():
+    e = envs.make("plan_path", "test", 0, size=5, tool_mode="direct", alpha=0.3)
+    tool, planner = e.step("tool", "U"), e.step("planner", e.reference("planner"))
+    m = envs.make("math", "test", 0, data="offline", alpha=0.7)
+    m_tool, m_reasoner = m.step("tool", m.reference("tool")), m.step("reasoner", "no box")
+    for r in (tool, planner, m_tool, m_reasoner):
+        assert isinstance(r, Reward) and isinstance(r, float)
+        assert float(r) == r.alpha * r.team + r.local  # exactly the float the trainer used before
+    assert planner.team == 1.0 and planner.local == 2.0 and planner == 0.3 + 2.0
+    assert (m_tool.team, m_tool.local) == (1.0, 0.0) and (m_reasoner.team, m_reasoner.local) == (0.0, -1.0)
+    for r in (planner, m_reasoner):  # tree sampling may copy or pickle samples: the parts survive
+        for c in (copy.deepcopy(r), pickle.loads(pickle.dumps(r))):
+            assert c == r and (c.team, c.local) == (r.team, r.local)
+
+
+def test_options_are_checked_once_for_every_task():
+    for task, kw in (("plan_path", {}), ("sudoku", {}), ("sokoban", {}), ("math", dict(data="offline")),
+                     ("code", dict(data="offline"))):
+        with pytest.raises(ValueError, match="max_turns must be >= 1"):
+            envs.make(task, max_turns=0, **kw)
+        with pytest.raises(ValueError, match="workflow must be 'mas' or 'single'"):
+            envs.make(task, workflow="solo", **kw)
+        with pytest.raises(ValueError, match=f"{task} has no option"):
+            envs.make(task, nope=1, **kw)
+        with pytest.raises(ValueError, match="index"):
+            envs.make(task, "train", 10_000_000, **kw)
+        e = envs.make(task, workflow="single", **kw)
+        assert e.roles == type(e).ROLES["single"] and len(e.roles) == 1
+        for role in set(type(e).ROLES["mas"]) - set(e.roles):  # the single workflow's missing partner
+            with pytest.raises(ValueError, match="has no role"):
+                e.prompt(role)
+    with pytest.raises(ValueError, match="tool_mode must be 'code' or 'direct'"):
+        envs.make("sokoban", tool_mode="both")

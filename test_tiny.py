@@ -3,6 +3,7 @@ import random
 
 import envs
 import tiny
+from task_games import parse_moves
 
 
 def test_scripted_planner_keeps_only_solving_proposals():
@@ -16,7 +17,7 @@ def test_scripted_planner_keeps_only_solving_proposals():
         out = tiny.scripted_planner(env, bad, rng, 0.5)
         wrong += 1
         kept_wrong += out == bad
-        solved_own += env.score(envs.parse_moves(out))[0] > 0
+        solved_own += env.score(parse_moves(out))[0] > 0
     assert kept_wrong == 0
     assert 0.3 * wrong < solved_own < 0.8 * wrong  # its own answer: the solver's path, noisy half the time
 

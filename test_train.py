@@ -108,14 +108,15 @@ def test_resume_matches_uninterrupted_run_vllm(warm_dir, tmp_path):
 
 
 @pytest.mark.parametrize("extra,msg", [
-    (["--task", "chess"], "unknown task"),
-    (["--policies", "both"], "unknown --policies"),
-    (["--engine", "sglang"], "unknown --engine"),
-    (["--device", "tpu"], "unknown --device"),
+    (["--task", "chess"], "argument --task: invalid choice: 'chess'"),
+    (["--policies", "both"], "argument --policies: invalid choice"),
+    (["--engine", "sglang"], "argument --engine: invalid choice"),
+    (["--device", "tpu"], "argument --device: invalid choice"),
+    (["--workflow", "solo"], "argument --workflow: invalid choice"),
     (["--model", "/no/such/model"], "does not exist"),
     (["--K", "1"], "--K must be >= 2"),
     (["--steps", "0"], "--steps must be positive"),
-    (["--preset", "nope"], "unknown preset"),
+    (["--preset", "nope"], "argument --preset: invalid choice"),
     (["--policies", "per-role", "--workflow", "single"], "needs several roles"),
     (["--bogus_flag"], "unrecognized arguments"),
     (["--size", "2"], "size must be >= 3"),
@@ -191,15 +192,41 @@ def test_math_eval_uses_eval_py_protocol_and_numbers(warm_dir, tmp_path):
         for k in y:
             if not k.startswith(("time/", "wall")):
                 assert x[k] == pytest.approx(y[k], rel=1e-6, abs=1e-9), (x["step"], k, x[k], y[k])
-    # eval.py with its defaults, on the initial model and on the final checkpoint (one engine, as table.py)
+    # eval.py with its defaults, on the initial model and on the final checkpoint
     ck = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
     flags = ["--task", "math", "--data", "offline", "--max_turns", "2", "--max_tokens", "16", "--device", "cpu", "--n", "3"]
-    argv = [flags + ["--model", m, "--json", str(tmp_path / f"{w}.json")] for m, w in ((warm_dir, "before"), (ck, "after"))]
-    code = "import eval, json, sys; e = {}\nfor args in json.loads(sys.argv[1]): eval.main(args, e)"
-    p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, cwd=HERE, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
+    for m, w in ((warm_dir, "before"), (ck, "after")):
+        p = subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), *flags, "--model", m, "--json",
+                            str(tmp_path / f"{w}.json")], capture_output=True, text=True, cwd=HERE, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
     for w in ("before", "after"):
         r = json.load(open(tmp_path / f"{w}.json"))
         assert (r["settings"]["samples"], r["settings"]["temperature"]) == (5, 0.6)
         for k in ("success", "pass@5", "turns", "tokens"):
             assert ev[w][k] == pytest.approx(r[k], abs=1e-12), (w, k, ev[w][k], r[k])
+
+
+def test_readme_new_task_registers_and_trains_one_step(tiny_dir, tmp_path, monkeypatch):
+    """The README's worked example of a new task, run as written: one file's class plus one registry line,
+    then train.py trains it (one step, HF engine, in this process) and the attack on its predicate fails."""
+    import re
+    import types
+    import envs
+    import train
+    readme = open(os.path.join(HERE, "README.md")).read()
+    code = re.search(r"```python\n(# task_echo\.py.*?)```", readme, flags=re.S).group(1)
+    mod = types.ModuleType("task_echo")
+    exec(compile(code, "task_echo.py", "exec"), mod.__dict__)
+    monkeypatch.setitem(envs.TASKS, "echo", mod.Echo)  # the one registry line
+    env = envs.make("echo", "test", 3, length=6)
+    for attack in (env.word + " ok", "U" + env.word, ""):  # trailing text, a longer word, nothing
+        trial = env.clone()
+        assert trial.step("speaker", attack) <= 0 and not trial.success and trial.done
+    assert env.step("speaker", env.reference("speaker")).team == 1.0 and env.success
+    out = str(tmp_path / "echo")
+    summary = train.main(["--task", "echo", "--length", "3", "--model", tiny_dir, "--engine", "hf", "--steps", "1",
+                          "--K", "2", "--problems", "2", "--max_tokens", "8", "--device", "cpu", "--out_dir", out,
+                          "--eval_n", "2"])
+    ms = metrics(out)
+    assert [m["step"] for m in ms] == [1] and "reward/speaker" in ms[0] and ms[0]["samples"] == 4
+    assert summary["task"] == "echo" and 0.0 <= summary["success_after"] <= 1.0

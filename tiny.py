@@ -25,7 +25,8 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SFT_OFFSET = 5_000_000
-VERSION = 4  # bump when the tokenizer or warm-up recipe changes: train.py refuses an older build
+VERSION = 4  # bump when the tokenizer or warm-up recipe changes: ensure() refuses an older build
+SFT_STEPS = 100  # the demo model's warm-up
 
 
 def corpus():
@@ -169,10 +170,29 @@ def build(out, sft_steps=100, size=5, seed=0, max_turns=2, log=print):
     return out
 
 
+def ensure(out, args, log=print):
+    """The demo model for a run's flags (`train.py --model tiny`): built into `out` on first use (the
+    warm-up plays the run's plan_path size and turns); an existing build made by another recipe (an
+    older tiny.py, other turns or warm-up) raises ValueError, since it would silently change the demo."""
+    if not os.path.isdir(out):
+        size = (args.size or 10) if args.task == "plan_path" else 4  # the warm-up only knows plan_path
+        return build(out, sft_steps=SFT_STEPS, size=size, seed=args.seed, max_turns=args.max_turns, log=log)
+    try:
+        with open(os.path.join(out, "tiny.json")) as f:
+            got = json.load(f)
+    except (OSError, ValueError):
+        raise ValueError(f"{out} is not a tiny.py build (no readable tiny.json); remove it or pass --tiny_dir")
+    want = dict(version=VERSION, sft_steps=SFT_STEPS, max_turns=args.max_turns)
+    bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    if bad:
+        raise ValueError(f"{out} was built with other settings {bad} (found, wanted); remove it or pass another --tiny_dir")
+    return out
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory to write (must not exist)")
-    ap.add_argument("--sft_steps", type=int, default=100, help="supervised warm-up steps (0: untrained)")
+    ap.add_argument("--sft_steps", type=int, default=SFT_STEPS, help="supervised warm-up steps (0: untrained)")
     ap.add_argument("--size", type=int, default=5, help="plan_path grid size of the warm-up transcripts")
     ap.add_argument("--max_turns", type=int, default=2, help="turns per episode in the warm-up transcripts")
     ap.add_argument("--seed", type=int, default=0, help="seed of weights, data and warm-up order")

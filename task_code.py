@@ -1,0 +1,109 @@
+"""code: a coder writes a program (stdin/stdout, or the function a problem names), a unit-tester writes
+tests. Problems come from data.py's loaders (index wraps around); tests run in the sandbox.
+
+    python -m pytest -q test_envs.py
+"""
+import copy
+import re
+
+from task import DATA_OPTION, Task, extract_code
+
+
+def parse_test(text, kind, entry_point=None):
+    """A unit test from the tester's text: for stdin problems {"input", "output"} from 'Input: ...
+    Output: ...'; for function problems the last `assert` line that calls the entry point. None if absent."""
+    if not isinstance(text, str):
+        return None
+    text = re.sub(r"```[a-zA-Z]*", "", text)
+    if kind == "function":
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("assert ")]
+        lines = [ln for ln in lines if not entry_point or entry_point in ln]
+        return lines[-1] if lines else None
+    m = re.search(r"input\s*:?\s*\n?(.*?)\n?\s*(?:expected\s+)?output\s*:?\s*\n?(.*)", text, flags=re.S | re.I)
+    if not m or not m.group(2).strip():
+        return None
+    return {"input": m.group(1).strip() + "\n", "output": m.group(2).strip() + "\n"}
+
+
+def show_test(test):
+    return test if isinstance(test, str) else f"Input:\n{test['input'].rstrip()}\nOutput:\n{test['output'].rstrip()}"
+
+
+class Code(Task):
+    """A coder writes a program (stdin/stdout, or the function a problem names); a unit-tester writes
+    one test per turn. The coder sees its previous program and where it failed the generated tests.
+    Done when the coder's program passes every generated test (or after max_turns). Success = the
+    coder's final program passes ALL the problem's own tests. Rewards: coder team = success, local =
+    fraction of the problem's tests passed; tester local = 1 if the REFERENCE solution passes its test
+    (0 if it fails it, or if the problem has no reference; -1 for no test), team = the coder's success.
+    In training the coder sees (and "done" counts) only the generated tests the reference passes.
+    Single-agent workflow: the coder alone, one program."""
+    NAME = "code"
+    ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
+    OPTIONS = {**Task.OPTIONS, **DATA_OPTION}
+
+    def __init__(self, split="train", index=0, **options):
+        import data as D  # lazily: data.py imports the sandbox
+        super().__init__(split, index, **options)
+        rows = D.load_code(split, self.options["data"])
+        self.task = rows[index % len(rows)]  # shared by clones, never mutated
+        self.program, self.tests, self.failures = None, [], []  # generated tests, their failures
+
+    @classmethod
+    def count(cls, split, data=None, **options):
+        import data as D
+        return len(D.load_code(split, data))
+
+    def render(self, role):
+        kind, ep = self.task["kind"], self.task.get("entry_point")
+        if role == "coder":
+            ask = (f"Write the Python function {ep} (complete, with imports)." if kind == "function" else
+                   "Write a Python program that reads standard input and prints the answer.")
+            ask += " Reply with the code only, in a ```python block."
+        else:
+            ask = (f"Write ONE new test: a single line `assert {ep}(...) == ...`." if kind == "function" else
+                   "Write ONE new test as 'Input:' followed by the input, then 'Output:' followed by the "
+                   "expected output.")
+        text = f"Code, turn {self.turn + 1}/{self.max_turns}. {ask}\nProblem:\n{self.task['problem']}\n"
+        if self.program is not None:
+            text += f"Current program:\n```python\n{self.program[:2000]}\n```\n"
+        if role == "coder" and self.failures:
+            text += "It failed these tests:\n" + "\n".join(self.failures) + "\n"
+        if role == "tester" and self.tests:
+            text += "Tests so far:\n" + "\n".join(show_test(t) for t in self.tests[-3:]) + "\n"
+        return [{"role": "user", "content": text}]
+
+    def act(self, role, text):
+        import data as D
+        if role == "coder":
+            self.program = extract_code(text) if isinstance(text, str) else None
+            rep = D.run_tests(self.program or "", self.task)
+            self.success = rep.total > 0 and rep.passed == rep.total
+            if self.workflow == "single":
+                self.end_turn(True)
+            return float(self.success), rep.passed / max(1, rep.total)
+        test = parse_test(text, self.task["kind"], self.task.get("entry_point"))
+        if test is None:
+            local = -1.0
+        else:
+            ref = self.task.get("reference")
+            local = float(bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1)
+            # In training only tests the reference passes reach the coder's feedback and "done": a wrong
+            # test would show a correct program "failures" and block "done". On val/test the episode runs
+            # as deployed, where no reference exists: consulting it would leak the answer into the score.
+            if local == 1.0 or self.split != "train":
+                self.tests.append(test)
+        rep = D.run_tests(self.program or "", self.task, self.tests) if self.tests else None
+        self.failures = rep.failures if rep else []
+        self.end_turn(rep is not None and rep.passed == rep.total)
+        return float(self.success), local
+
+    def reference(self, role):
+        if role == "coder":
+            return None if not self.task.get("reference") else f"```python\n{self.task['reference']}\n```"
+        return show_test(self.task["tests"][0]) if self.task["tests"] else None
+
+    def clone(self):
+        c = copy.copy(self)
+        c.tests, c.failures = list(self.tests), list(self.failures)
+        return c
