@@ -187,6 +187,67 @@ def write_samples(out_dir, step, samples, per_role):
                                     "advantage": s.advantage, "truncated": s.truncated, "text": s.text}) + "\n")
 
 
+def resolve_model(args, master, log):
+    """The model directory. `--model tiny` is the demo's: tiny.py builds it on first use (rank 0) and
+    refuses a build made by another recipe."""
+    if args.model != "tiny":
+        return args.model
+    try:
+        if master:
+            tiny.ensure(args.tiny_dir, args, log=log)
+    except ValueError as e:
+        die(str(e))
+    barrier()
+    return args.tiny_dir
+
+
+def prompt_budget(args, config, log):
+    """Longest prompt the engine can serve next to --max_tokens of response in the model's context."""
+    context = getattr(config, "max_position_embeddings", None)
+    if not context or args.max_prompt_tokens + args.max_tokens <= context:
+        return args.max_prompt_tokens
+    if context <= args.max_tokens:
+        die(f"--max_tokens {args.max_tokens} leaves no room for a prompt in the model's context {context}")
+    log(f"prompts capped to {context - args.max_tokens} tokens (model context {context})")
+    return context - args.max_tokens
+
+
+def play(args, sampler, step, rank, world, rng, max_prompt_tokens):
+    """This rank's slice of the step's problems, played: tree sampling (AT-GRPO), or plain GRPO's
+    baseline of K independent episodes per problem. Returns (samples, final envs)."""
+    per_rank = args.problems // world
+    first = step * args.problems + rank * per_rank
+    if args.sampling == "tree":
+        problems = [make_env(args, "train", first + i) for i in range(per_rank)]
+        return rollout.tree_rollout(problems, sampler, args.K, args.temperature, args.max_tokens, rng,
+                                    max_prompt_tokens, first_pid=first)
+    problems = [make_env(args, "train", first + i) for i in range(per_rank) for _ in range(args.K)]
+    pids = [first + i for i in range(per_rank) for _ in range(args.K)]
+    return rollout.linear_rollout(problems, sampler, args.temperature, args.max_tokens, pids, max_prompt_tokens)
+
+
+def memory_metrics(rank, world):
+    """Per rank (GiB): this process's peak (trainer + engine), and the whole GPU's use now."""
+    free, total = torch.cuda.mem_get_info()
+    mem = torch.zeros(2, world, dtype=torch.float64)
+    mem[:, rank] = torch.tensor([torch.cuda.max_memory_allocated(), total - free]) / 2 ** 30
+    mem = all_reduce_(mem).tolist()
+    return {"mem/peak_gib": [round(x, 2) for x in mem[0]], "mem/used_gib": [round(x, 2) for x in mem[1]]}
+
+
+def log_line(m, roles):
+    rewards = " ".join(f"{r} {m[f'reward/{r}']:+.2f}" for r in roles)
+    return (f"step {m['step']:4d} | success {m['success']:.3f} | reward {rewards} | zero-adv {m['zero_adv_frac']:.2f}"
+            f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {m['time/rollout']:.1f}s upd {m['time/update']:.1f}s"
+            f" sync {m['time/sync']:.2f}s" + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
+
+
+def write_json(path, obj):
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def main(argv=None):
     args = get_args(argv)
     rank, world, local_rank = init_distributed(args.device, args.fsdp)
@@ -209,16 +270,8 @@ def main(argv=None):
     if not args.resume and os.path.exists(metrics_path):
         die(f"{args.out_dir} already holds a run; pass --resume or choose another --out_dir")
 
-    # ---- model, tokenizer, one policy per name (shared: one; per-role: one per role)
-    model_dir = args.model
-    if args.model == "tiny":  # the demo's model: tiny.py builds it on first use, and refuses a stale build
-        model_dir = args.tiny_dir
-        try:
-            if master:
-                tiny.ensure(model_dir, args, log=log)
-        except ValueError as e:
-            die(str(e))
-        barrier()
+    # ---- model, tokenizer, one policy per name (shared: one; per-role: one per role), resume
+    model_dir = resolve_model(args, master, log)
     torch.manual_seed(args.seed + rank)
     rng = random.Random(args.seed * 1000 + rank)
     mesh = None
@@ -226,19 +279,12 @@ def main(argv=None):
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(args.device, (world,))
     roles = make_env(args, "train", 0).roles
-    names = P.policy_names(roles, args.policies)
     try:
         tok = AutoTokenizer.from_pretrained(model_dir)
-        policies = load_policies(args, model_dir, names, ckpt, device, mesh)
+        policies = load_policies(args, model_dir, P.policy_names(roles, args.policies), ckpt, device, mesh)
     except OSError as e:
         die(f"cannot load model {args.model!r}: {str(e).splitlines()[0]}")
-    context = getattr(policies[names[0]].model.config, "max_position_embeddings", None)
-    max_prompt_tokens = args.max_prompt_tokens
-    if context and max_prompt_tokens + args.max_tokens > context:  # the engine cannot serve longer sequences
-        max_prompt_tokens = context - args.max_tokens
-        log(f"prompts capped to {max_prompt_tokens} tokens (model context {context})")
-        if max_prompt_tokens <= 0:
-            die(f"--max_tokens {args.max_tokens} leaves no room for a prompt in the model's context {context}")
+    max_prompt_tokens = prompt_budget(args, next(iter(policies.values())).model.config, log)
     start, saved = 0, None
     if ckpt:
         saved = load_checkpoint(ckpt, policies, rank, world)
@@ -257,21 +303,19 @@ def main(argv=None):
                               lambda name: replicas[name] if name in replicas else policies[name].engine_weights(dtype))
     push_weights(engine, sampler, policies, dtype, replicas, world)  # the engine started from --model; a resumed policy differs
 
-    # ---- evaluation before training
+    # ---- evaluation before training (a resumed run keeps its first one, if made the same way)
     proto = rollout.eval_protocol(args.task)  # eval.py's: the numbers are comparable
+    run_eval = functools.partial(evaluate, args, sampler, engine, proto, max_prompt_tokens, rank, world)
     summary = {"task": args.task, "policies": args.policies, "seed": args.seed, "steps": args.steps, "preset": args.preset}
     if args.eval_n:
         summary["eval"] = {"split": "test", "n": args.eval_n, **proto}
-    if args.eval_n and start == 0:
-        summary["eval"]["before"] = evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world)
-        summary["success_before"] = summary["eval"]["before"]["success"]
-        log(f"held-out success before training: {summary['success_before']:.3f} "
-            f"({proto['metric']}, {args.eval_n} test problems)")
-    elif args.eval_n and os.path.exists(summary_path):
-        old = json.load(open(summary_path))
-        if all(old.get("eval", {}).get(k) == v for k, v in summary["eval"].items()):  # else not comparable
-            summary["success_before"] = old.get("success_before")
+        old = json.load(open(summary_path)) if start and os.path.exists(summary_path) else {}
+        if start == 0:
+            summary["eval"]["before"] = run_eval()
+        elif all(old.get("eval", {}).get(k) == v for k, v in summary["eval"].items()):
             summary["eval"]["before"] = old["eval"].get("before")
+        summary["success_before"] = (summary["eval"].get("before") or {}).get("success")
+        log(f"held-out success before training: {summary['success_before']} ({proto['metric']}, {args.eval_n} test problems)")
 
     # ---- random streams. They start here, after everything that seeds or draws at start-up (vLLM
     # re-seeds python, numpy and torch when its engine starts; then the weight push, the first evaluation):
@@ -282,21 +326,10 @@ def main(argv=None):
     else:
         rollout.seed_all(args.seed + rank)
 
-    per_rank = args.problems // world
-    bar = tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps)
-    for step in bar:
+    for step in tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps):
         t0, sync0, switches0 = time.time(), sampler.sync_s, sampler.switches
-        # 1. rollout: this rank's slice of the step's problems
-        first = step * args.problems + rank * per_rank
-        if args.sampling == "tree":
-            problems = [make_env(args, "train", first + i) for i in range(per_rank)]
-            samples, finals = rollout.tree_rollout(problems, sampler, args.K, args.temperature, args.max_tokens, rng,
-                                                   max_prompt_tokens, first_pid=first)
-        else:  # plain GRPO's baseline: K independent episodes per problem
-            problems = [make_env(args, "train", first + i) for i in range(per_rank) for _ in range(args.K)]
-            pids = [first + i for i in range(per_rank) for _ in range(args.K)]
-            samples, finals = rollout.linear_rollout(problems, sampler, args.temperature, args.max_tokens, pids,
-                                                     max_prompt_tokens)
+        # 1. rollout
+        samples, finals = play(args, sampler, step, rank, world, rng, max_prompt_tokens)
         t_rollout = time.time() - t0 - (sampler.sync_s - sync0)
         # 2. groups and advantages
         advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm))
@@ -320,39 +353,30 @@ def main(argv=None):
         # 5. metrics, evaluation, log, checkpoint
         m = step_metrics(step + 1, samples, finals, roles, updates, policies)
         m["time/sync"] = time.time() - t2 + (sampler.sync_s - sync0)
-        if args.device == "cuda":  # per rank: this process's peak (trainer + engine), and the whole GPU's use now
-            free, total = torch.cuda.mem_get_info()
-            mem = torch.zeros(2, world, dtype=torch.float64)
-            mem[:, rank] = torch.tensor([torch.cuda.max_memory_allocated(), total - free]) / 2 ** 30
-            mem = all_reduce_(mem).tolist()
-            m["mem/peak_gib"], m["mem/used_gib"] = [round(x, 2) for x in mem[0]], [round(x, 2) for x in mem[1]]
+        if args.device == "cuda":
+            m.update(memory_metrics(rank, world))
         m["weight_switches"] = sampler.switches - switches0
         m["time/rollout"], m["time/update"] = t_rollout, t_update
         if args.eval_n and args.eval_every and (step + 1) % args.eval_every == 0:
-            m["eval/success"] = evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world)["success"]
+            m["eval/success"] = run_eval()["success"]
         if master:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(m) + "\n")
             write_samples(args.out_dir, step + 1, samples, args.log_samples)
-            rewards = " ".join(f"{r} {m[f'reward/{r}']:+.2f}" for r in roles)
-            log(f"step {step + 1:4d} | success {m['success']:.3f} | reward {rewards} | zero-adv {m['zero_adv_frac']:.2f}"
-                f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {t_rollout:.1f}s upd {t_update:.1f}s"
-                f" sync {m['time/sync']:.2f}s" + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
+            log(log_line(m, roles))
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.steps:
             save_checkpoint(args.out_dir, step + 1, policies, tok, {"rng": rng_states(streams), "args": vars(args)},
                             args.keep_ckpts, rank, world, log)
 
     # ---- evaluation after training, summary
     if args.eval_n:
-        summary["eval"]["after"] = evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world)
+        summary["eval"]["after"] = run_eval()
         summary["success_after"] = summary["eval"]["after"]["success"]
         log(f"held-out success after training: {summary['success_after']:.3f} "
-            f"(before: {summary.get('success_before')}; {proto['metric']})")
+            f"(before: {summary['success_before']}; {proto['metric']})")
     summary["wall_s"] = round(time.time() - t_start, 1)
     if master:
-        with open(summary_path + ".tmp", "w") as f:
-            json.dump(summary, f, indent=1)
-        os.replace(summary_path + ".tmp", summary_path)
+        write_json(summary_path, summary)
         log(f"summary: {json.dumps(summary)}")
     if launched and args.engine != "vllm":  # vLLM's exit hook tears the process groups down itself
         torch.distributed.destroy_process_group()
