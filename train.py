@@ -273,7 +273,9 @@ def main(argv=None):
     # ---- model, tokenizer, one policy per name (shared: one; per-role: one per role), resume
     model_dir = resolve_model(args, master, log)
     torch.manual_seed(args.seed + rank)
-    rng = random.Random(args.seed * 1000 + rank)
+    # our own seeded streams, one per decision, so an A/B of one does not move the other: tree sampling's
+    # tie-breaks (rollout.pick_branch) and the mini-batch shuffle (policies.update)
+    streams = {name: random.Random(f"{name}/{args.seed}/{rank}") for name in ("branch", "shuffle")}
     mesh = None
     if args.fsdp:
         from torch.distributed.device_mesh import init_device_mesh
@@ -320,7 +322,6 @@ def main(argv=None):
     # ---- random streams. They start here, after everything that seeds or draws at start-up (vLLM
     # re-seeds python, numpy and torch when its engine starts; then the weight push, the first evaluation):
     # a fresh run from the seed, as vLLM left them; a resumed one from its checkpoint.
-    streams = {"rng": rng}
     if saved:
         set_rng_states(saved["rng"], streams)
     else:
@@ -329,7 +330,7 @@ def main(argv=None):
     for step in tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps):
         t0, sync0, switches0 = time.time(), sampler.sync_s, sampler.switches
         # 1. rollout
-        samples, finals = play(args, sampler, step, rank, world, rng, max_prompt_tokens)
+        samples, finals = play(args, sampler, step, rank, world, streams["branch"], max_prompt_tokens)
         t_rollout = time.time() - t0 - (sampler.sync_s - sync0)
         # 2. groups and advantages
         advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm))
@@ -340,8 +341,9 @@ def main(argv=None):
         replicas.clear()  # stale, and the update wants the memory
         if args.sleep:
             engine.sleep()
-        updates = {name: P.update(policy, [s for s in samples if s.policy == name], device, rng, objective,
-                                  args.temperature, args.micro_tokens, args.mini_batches, args.grad_clip, args.kl_coef)
+        updates = {name: P.update(policy, [s for s in samples if s.policy == name], device, streams["shuffle"],
+                                  objective, args.temperature, args.micro_tokens, args.mini_batches, args.grad_clip,
+                                  args.kl_coef)
                    for name, policy in policies.items()}
         t_update = time.time() - t1
         # 4. new weights to the engine (per-role: each policy is pulled right before its role generates,
