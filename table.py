@@ -22,6 +22,7 @@ where it stopped; a directory holding a table made with other settings is refuse
 The step budget (60) is what fits the 30-minute bar: the parallel-sampling ablation costs ~2.5x a
 tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
 """
+import argparse
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ import sys
 import time
 
 import envs
-from common import PRESETS, Parser, die, latest_checkpoint
+from common import PRESETS, Parser, die, latest_checkpoint, make_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET = "cpu-demo"
@@ -117,8 +118,8 @@ def main(argv=None):
                      **{k: v for k, v in r.items() if k.startswith("reward/")}})
         print(f"{name:40s} {100 * r['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
-    opts = {k: DEMO[k] for k in ("size", "wall_prob", "max_turns", "tool_mode")}
-    floor = envs.random_floor(lambda i: envs.make(DEMO["task"], "test", i, **opts), a.eval_n, seed=a.seed)
+    demo = argparse.Namespace(**DEMO)  # the preset's task options, picked by the task class as train.py does
+    floor = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=a.seed)
     rows.insert(0, {"row": "uniformly random answers (floor)", **floor})
     print(f"{rows[0]['row']:40s} {100 * floor['success']:5.1f}%", flush=True)
     res = {"rows": rows, "steps": a.steps, "eval_n": a.eval_n, "seed": a.seed, "wall_s": round(time.time() - t0, 1),

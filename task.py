@@ -94,7 +94,7 @@ class Task:
         if split not in SPLIT_SEED:
             raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLIT_SEED)}")
         if not 0 <= index < MAX_INDEX:
-            raise ValueError(f"index {index} out of range [0, 10_000_000)")
+            raise ValueError(f"index {index} out of range [0, {MAX_INDEX:_})")
         self.options = self.resolve(options)
         self.split, self.index = split, index
         self.max_turns, self.alpha, self.workflow = (self.options[k] for k in ("max_turns", "alpha", "workflow"))
