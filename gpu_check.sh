@@ -6,11 +6,14 @@
 #   2. 2 training steps of the tiny model: per-role on 1 process (FSDP as a 1-rank group, bf16, sleep mode,
 #      gradient checkpointing), then shared under torchrun on min(2, GPUs) ranks; every step checks the
 #      engines against the trainer (logp_gap)
-#   3. with MODEL=/local/hf/dir (e.g. a Qwen3-0.6B): 2 steps of it too (adds a few minutes)
+#   3. with MODEL=/local/hf/dir (e.g. a Qwen3-0.6B): 2 steps of it too (adds a few minutes); MODEL=wide builds,
+#      offline, a randomly initialised 24-layer Qwen3 (~0.2B parameters, the tiny tokenizer) to stand in for one
 # then a report: rollout and update tokens/s, peak memory per rank, logp_gap (sampler vs trainer).
 #
 #   bash gpu_check.sh                  # on the GPU machine (python with vllm==0.32.0, CUDA torch)
 #   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo)
+#   ENGINE=hf bash gpu_check.sh        # no vLLM there: the HF engine generates (FSDP2/NCCL/bf16 still checked;
+#                                      # sleep mode and pushes into vLLM are not). Chosen by itself if vllm is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PY:-python}
@@ -20,11 +23,13 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 log() { echo "[gpu_check $(date +%T)] $*"; }
 
+ENGINE=${ENGINE:-$($PY -c "import vllm" >/dev/null 2>&1 && echo vllm || echo hf)}
 if [ "$DEVICE" = cuda ]; then
     NGPU=$($PY -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
     [ "$NGPU" -ge 1 ] || { echo "gpu_check: no CUDA device visible (DEVICE=cpu for a dry run)"; exit 2; }
     NP=$(( NGPU >= 2 ? 2 : 1 ))
     GPU_FLAGS=(--sleep 1 --gpu_memory_utilization 0.3)
+    [ "$ENGINE" = vllm ] || GPU_FLAGS=()
     SIZE=(--K 8 --problems 16 --max_tokens 64 --eval_n 16)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 else
@@ -32,8 +37,10 @@ else
     GPU_FLAGS=()
     SIZE=(--K 4 --problems 4 --max_tokens 16 --eval_n 4)  # the logic, not the speed
 fi
-$PY -c "import torch, transformers, vllm; print('torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"
-log "out: $OUT, device $DEVICE, torchrun ranks $NP"
+$PY -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__)"
+[ "$ENGINE" = vllm ] && $PY -c "import vllm; print('vllm', vllm.__version__)"
+[ "$ENGINE" = vllm ] || echo "gpu_check: ENGINE=$ENGINE: the HF engine generates; vLLM's sleep mode and weight pushes are NOT checked"
+log "out: $OUT, device $DEVICE, engine $ENGINE, torchrun ranks $NP"
 
 log "1/3 tests: FSDP2 update on $DEVICE vs the 1-process reference"
 timeout 300 $PY -m pytest -q -s -p no:cacheprovider "test_distributed.py::test_fsdp_update_equals_one_process[$DEVICE]" \
@@ -43,7 +50,7 @@ log "2/3 tiny model: 2 steps per-role (1 process) and shared (torchrun, $NP rank
 [ -d "$OUT/tiny" ] || $PY tiny.py --out "$OUT/tiny" --sft_steps 0 >/dev/null 2>&1
 # the untrained model's rewards are all equal; KL on makes every sample train (a ref forward is included)
 RUN=(--task plan_path --size 4 --tool_mode direct --max_turns 2 "${SIZE[@]}" --steps 2 --lr 1e-5 --kl_coef 0.01
-     --device "$DEVICE" --model "$OUT/tiny" --save_every 0)
+     --device "$DEVICE" --engine "$ENGINE" --model "$OUT/tiny" --save_every 0)
 timeout 300 $PY train.py "${RUN[@]}" "${GPU_FLAGS[@]}" --policies per-role --fsdp 1 --grad_ckpt 1 --out_dir "$OUT/tiny-per-role" \
     >"$OUT/tiny-per-role.log" 2>&1 || { tail -30 "$OUT/tiny-per-role.log"; echo "gpu_check: per-role run failed"; exit 1; }
 timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
@@ -51,10 +58,26 @@ timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" tra
     || { tail -30 "$OUT/tiny-shared.log"; echo "gpu_check: torchrun run failed (or hung: timeout)"; exit 1; }
 
 RUNS=("$OUT/tiny-per-role" "$OUT/tiny-shared-${NP}ranks")
+if [ "${MODEL:-}" = wide ]; then  # no hub on a lent GPU box: a real model's shape with random weights
+    MODEL="$OUT/wide"
+    [ -d "$MODEL" ] || $PY - "$OUT/tiny" "$MODEL" <<'EOF'
+import shutil, sys, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+src, dst = sys.argv[1:]
+cfg = AutoConfig.from_pretrained(src)
+cfg.update(dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=24, num_attention_heads=16,
+                num_key_value_heads=8, head_dim=64, layer_types=["full_attention"] * 24, max_window_layers=24))
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_config(cfg)
+print(f"wide model: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters")
+shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "config.json"))
+model.save_pretrained(dst)
+EOF
+fi
 if [ -n "${MODEL:-}" ]; then
     log "3/3 $MODEL: 2 steps per-role on $NP rank(s)"
     timeout 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py --task plan_path --size 6 \
-        --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2 --device "$DEVICE" \
+        --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2 --device "$DEVICE" --engine "$ENGINE" \
         --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 "${GPU_FLAGS[@]}" --out_dir "$OUT/model" \
         >"$OUT/model.log" 2>&1 || { tail -30 "$OUT/model.log"; echo "gpu_check: $MODEL run failed"; exit 1; }
     RUNS+=("$OUT/model")
