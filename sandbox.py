@@ -21,6 +21,8 @@ serial run; run_many ~13 (fallback) vs ~18 (bwrap) ms per job.
 
     python -m pytest -q test_sandbox.py
 """
+import atexit
+import json
 import os
 import resource
 import secrets
@@ -28,9 +30,11 @@ import select
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -40,6 +44,8 @@ MAX_OUTPUT = 1 << 16  # bytes kept of stdout and of stderr
 TMPFS_BYTES = 64 << 20  # all a bwrap-sandboxed program may write
 ROOT = os.geteuid() == 0
 PATH = {"PATH": "/usr/bin:/bin"}
+CORES = len(os.sched_getaffinity(0)) or 1
+POOL = os.environ.get("SANDBOX_POOL", "1") != "0"  # 0: one bubblewrap namespace per run (the slow path, for comparison)
 
 
 @dataclass
@@ -120,9 +126,20 @@ def _limits(cpu_s, mem_bytes, nproc):
     return apply
 
 
-def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True):
+def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True, pool=None):
     """Run `code` with `stdin`; returns Result(stdout, stderr, returncode, timed_out). Never raises for
-    anything the program does; returns at most ~2 s after `timeout`. bwrap=False forces the fallback."""
+    anything the program does; returns at most ~2 s after `timeout`. bwrap=False forces the fallback;
+    pool=False one bubblewrap namespace per run (default: the worker pool when it works, see Pool)."""
+    if bwrap and (POOL if pool is None else pool) and _bwrap() is not None and _pool() is not None:
+        try:
+            return _pool().run(code, stdin, timeout, mem_mb, nproc)
+        except RuntimeError:  # no worker would start (out of processes, say): this run gets its own namespace
+            pass
+    return _run_once(code, stdin, timeout, mem_mb, nproc, bwrap)
+
+
+def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap):
+    """One namespace (or fallback process) per run: started, used once, torn down."""
     uid = (1 << 20) + secrets.randbelow(1 << 29)  # a uid per run: RLIMIT_NPROC counts per uid
     box, work = _bwrap() if bwrap else None, None
     if box is not None:
@@ -134,13 +151,15 @@ def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True):
             os.chown(work, uid, uid)
         cmd, env = [*pre, *(_drop(uid) if drop else [])], {**PATH, "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
     cmd += [sys.executable, "-I", "-c", code]
-    timed_out, out, err = False, b"", b""
+    timed_out, out, err, fds = False, b"", b"", []
     try:
-        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, preexec_fn=_limits(int(timeout) + 1, mem_mb << 20, nproc))
+        (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w,
+                             preexec_fn=_limits(int(timeout) + 1, mem_mb << 20, nproc))
+        _close(fds, in_r, out_w, err_w)
         try:
             end = time.monotonic() + timeout
-            out, err, closed = _pump(p, stdin.encode("utf-8", "replace"), end)
+            out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace")}, out_r, err_r, end)
             if not closed:
                 raise subprocess.TimeoutExpired(cmd, timeout)
             p.wait(max(0.0, end - time.monotonic()))  # it may have closed its pipes and kept running
@@ -149,65 +168,341 @@ def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True):
             _kill(p)
             p.wait()
             # the namespace's teardown ends with the pipes' EOF (~0.5 s for 64 busy processes on 2 loaded cores)
-            o2, e2, _ = _pump(p, b"", time.monotonic() + 2.0)
-            out, err = (out + o2)[:MAX_OUTPUT], (err + e2)[:MAX_OUTPUT]
+            o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0)
+            out, err = out + o2, err + e2
         finally:
             _kill(p)  # leftovers in a fallback without PID namespace (pgid stays reserved while in use)
-            for f in (p.stdin, p.stdout, p.stderr):
-                f.close()
         rc = p.wait()
     except (OSError, subprocess.SubprocessError, ValueError) as e:  # ValueError: NUL bytes / surrogates in code
         out, err, rc = b"", f"sandbox: {e}".encode(), -1
     finally:
+        _close(fds, *fds)
         if work:
             shutil.rmtree(work, ignore_errors=True)
+    return _result(out, err, rc, timed_out)
+
+
+def _result(out, err, rc, timed_out):
     dec = lambda b: b[:MAX_OUTPUT].decode("utf-8", "replace")
     return Result(dec(out), dec(err), rc, timed_out)
 
 
-def _pump(p, data, deadline):
-    """Feed stdin, read stdout/stderr until both close or the deadline: (out, err, closed). Keeps the
-    first MAX_OUTPUT bytes of each and drains the rest, so a chatty program neither blocks nor fills us."""
-    bufs = {p.stdout: bytearray(), p.stderr: bytearray()}
+def _pipe(fds):
+    r, w = os.pipe()
+    fds += [r, w]
+    return r, w
+
+
+def _close(fds, *which):
+    for fd in which:
+        if fd in fds:
+            fds.remove(fd)
+            os.close(fd)
+
+
+def _pump(fds, writes, out_fd, err_fd, deadline):
+    """Feed the `writes` ({fd: bytes}), read out_fd/err_fd until both close or the deadline: (out, err,
+    closed). Keeps the first MAX_OUTPUT bytes of each and drains the rest, so a chatty program neither
+    blocks nor fills us. Closes each written fd when its data is all written (the reader's EOF)."""
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
     with selectors.DefaultSelector() as sel:
-        for f in bufs:
-            if not f.closed:
-                sel.register(f, selectors.EVENT_READ)
-        if data and not p.stdin.closed:
-            sel.register(p.stdin, selectors.EVENT_WRITE)
-        else:
-            p.stdin.close()
-        data = memoryview(data)
+        for fd in bufs:
+            if fd in fds:
+                sel.register(fd, selectors.EVENT_READ)
+        for fd, data in writes.items():
+            if data and fd in fds:
+                sel.register(fd, selectors.EVENT_WRITE, memoryview(data))
+            else:
+                _close(fds, fd)
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                return bytes(bufs[p.stdout]), bytes(bufs[p.stderr]), False
+                return bytes(bufs[out_fd]), bytes(bufs[err_fd]), False
             for key, _ in sel.select(left):
-                f = key.fileobj
-                if f is p.stdin:
+                fd = key.fd
+                if fd not in bufs:
                     try:  # writable means PIPE_BUF bytes of room: this cannot block
-                        data = data[os.write(f.fileno(), data[:select.PIPE_BUF]):]
+                        left_data = key.data[os.write(fd, key.data[:select.PIPE_BUF]):]
                     except BrokenPipeError:  # it stopped reading
-                        data = data[:0]
-                    if not data:
-                        sel.unregister(f)
-                        f.close()
+                        left_data = b""
+                    if left_data:
+                        sel.modify(fd, selectors.EVENT_WRITE, left_data)
+                    else:
+                        sel.unregister(fd)
+                        _close(fds, fd)
                     continue
-                chunk = os.read(f.fileno(), 1 << 16)
+                chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    sel.unregister(f)
-                bufs[f] += chunk[: MAX_OUTPUT - len(bufs[f])]
-    return bytes(bufs[p.stdout]), bytes(bufs[p.stderr]), True
+                    sel.unregister(fd)
+                    _close(fds, fd)
+                bufs[fd] += chunk[: MAX_OUTPUT - len(bufs[fd])]
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), True
 
 
-def run_many(jobs, timeout=5.0, workers=None, **limits):
-    """Run (code, stdin) jobs in parallel, one per core by default (threads: each job is a subprocess,
-    so the GIL is not held while they run). Returns Results in input order."""
-    from concurrent.futures import ThreadPoolExecutor
+def run_many(jobs, timeout=5.0, workers=None, stop=None, **limits):
+    """Run (code, stdin) jobs in parallel through one shared queue (at most one job per core at once,
+    whoever submits). Returns Results in input order. `stop(i, result)`: once it is true, jobs after
+    index i that have not started are skipped (their Result is None); jobs before i still run, so
+    which jobs ran depends only on the results, never on timing."""
     jobs = list(jobs)
     _bwrap() if limits.get("bwrap", True) else _fallback()  # probe (and warn) once, not once per thread
-    with ThreadPoolExecutor(max_workers=workers or len(os.sched_getaffinity(0)) or 1) as pool:
-        return list(pool.map(lambda j: run(j[0], j[1], timeout, **limits), jobs))
+    execu, cut = _executor(workers), [len(jobs)]
+
+    def one(i, code, stdin):
+        if i > cut[0]:
+            return None
+        r = run(code, stdin, timeout, **limits)
+        if stop is not None and stop(i, r):
+            cut[0] = min(cut[0], i)
+        return r
+    futures = [execu.submit(one, i, code, stdin) for i, (code, stdin) in enumerate(jobs)]
+    results = [f.result() for f in futures]
+    if stop is not None:  # past the first decided index nothing counts, whether it ran or not
+        first = next((i for i, r in enumerate(results) if r is not None and stop(i, r)), len(jobs))
+        results[first + 1:] = [None] * (len(jobs) - first - 1)
+    return results
+
+
+@lru_cache(maxsize=None)
+def _executor(workers=None):
+    """The process-wide job queue: one thread per core (each job is a subprocess or a pool worker's
+    child, so the GIL is not held while it runs)."""
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(max_workers=workers or CORES, thread_name_prefix="sandbox")
+
+
+# ---- the worker pool ---------------------------------------------------------------------------------
+# One bubblewrap namespace per worker (started once) holds a small trusted server that has already
+# started Python. Per job it forks A, which unshares new mount, PID and IPC namespaces and forks B, PID 1
+# there: B mounts a fresh 64 MiB tmpfs on /tmp and a fresh /proc (only the job's processes), sets the
+# rlimits, drops every capability (bounding set too), sets no_new_privs and a random uid, and exec()s the
+# code it reads from a pipe. The program's stdin/stdout/stderr and its code travel in pipes straight
+# between us and B (passed as fds over a unix socket): the server never holds a program's code or input
+# for a later job to find in its memory. When B exits, the kernel kills whatever it left (it is PID 1),
+# and the tmpfs and IPC objects go with their namespaces: nothing survives into the next job. Concurrent
+# jobs run in different workers. On a timeout the whole worker is killed and its slot starts a fresh
+# one. Per run: 2 forks of a warm interpreter instead of a namespace set-up plus an interpreter start.
+# (As PID 1 the program ignores signals it sends itself without a handler; nothing else differs.)
+_SERVER = r"""# sandbox worker
+import ctypes, gc, io, json, os, resource as R, signal, socket, sys, traceback, types
+import bisect, collections, functools, heapq, itertools, math, random, re, string, typing  # warm for jobs
+libc = ctypes.CDLL(None, use_errno=True)
+NS = 0x00020000 | 0x08000000  # CLONE_NEWNS | CLONE_NEWIPC
+def ok(r, what):
+    if r != 0:
+        raise OSError(ctypes.get_errno(), what)
+def status(st):
+    return os.waitstatus_to_exitcode(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st)
+def job(h, fin, fout, ferr, fcode):
+    try:  # PID 1 of a new PID namespace (see the loop below)
+        ok(libc.unshare(NS), "unshare")
+        ok(libc.mount(b"none", b"/", None, 16384 | (1 << 18), None), "mount --make-rprivate /")
+        os.setsid()
+        ok(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, b"size=%d,mode=1777" % h["tmpfs"]), "mount /tmp")
+        ok(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")
+        for fd, to in ((fin, 0), (fout, 1), (ferr, 2)):
+            os.dup2(fd, to)
+        os.closerange(3, fcode)
+        os.closerange(fcode + 1, 1 << 16)
+        with open(fcode, "rb") as f:
+            src = f.read()
+        for lim, n in ((R.RLIMIT_CPU, h["cpu"]), (R.RLIMIT_AS, h["mem"]), (R.RLIMIT_FSIZE, 1 << 20),
+                       (R.RLIMIT_NOFILE, 64), (R.RLIMIT_NPROC, h["nproc"]), (R.RLIMIT_CORE, 0)):
+            R.setrlimit(lim, (n, n))
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (past the last capability: EINVAL, harmless)
+        uid = h["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # the last step that needs a capability: all of them are gone now
+        ok(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+        os.chdir("/tmp")
+    except BaseException as e:
+        for fd in (ferr, 2):
+            try:
+                os.write(fd, f"sandbox: job set-up failed: {e}\n".encode())
+                break
+            except OSError:
+                pass
+        os._exit(125)
+    sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)
+    sys.argv = ["-c"]
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    rc = 0
+    try:
+        exec(compile(src, "<string>", "exec"), main.__dict__)
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1]
+    except BaseException as e:
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # as `python -c` shows it
+        rc = 1
+    try:
+        import atexit, threading
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        rc = rc or 120
+    os._exit(rc & 255)
+gc.freeze()  # the warm objects never move: a job's collections do not copy their pages
+sock = socket.socket(fileno=int(sys.argv[1]))
+own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+sock.sendall(b"ready\n")
+while True:
+    msg, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+    if not msg or len(fds) != 4:
+        break
+    # the next child starts a new PID namespace as its PID 1 (unshare(CLONE_NEWPID) acts on children
+    # only, and only once: setns back to our own first)
+    ok(libc.setns(own_pid_ns, 0x20000000), "setns")
+    ok(libc.unshare(0x20000000), "unshare pid")
+    pid = os.fork()
+    if pid == 0:
+        job(json.loads(msg), *fds)
+    for fd in fds:
+        os.close(fd)
+    sock.sendall(b"%d\n" % status(os.waitpid(pid, 0)[1]))  # its exit has killed every process it left
+"""
+
+
+class _Worker:
+    def __init__(self):
+        host, inside = socket.socketpair()
+        try:
+            caps = [x for c in ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP") for x in ("--cap-add", f"CAP_{c}")]
+            self.proc = subprocess.Popen([*_bwrap(), *caps, "--", sys.executable, "-I", "-c", _SERVER, str(inside.fileno())],
+                                         cwd="/", env=PATH, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, pass_fds=[inside.fileno()], start_new_session=True)
+        finally:
+            inside.close()
+        self.sock = host
+        try:
+            ready = self._reply(30.0)
+        except (OSError, TimeoutError):
+            ready = b""
+        if ready != b"ready\n":
+            self.kill()
+            raise RuntimeError("sandbox worker did not start")
+
+    def _reply(self, wait):
+        """One line from the server (bytes, with its newline) within `wait` seconds."""
+        end, buf = time.monotonic() + wait, b""
+        while not buf.endswith(b"\n"):
+            if not select.select([self.sock], [], [], max(0.0, end - time.monotonic()))[0]:
+                raise TimeoutError
+            chunk = self.sock.recv(64)
+            if not chunk:
+                raise OSError("sandbox worker exited")
+            buf += chunk
+        return buf
+
+    def run(self, code, stdin, timeout, mem_mb, nproc):
+        """One job; raises OSError/TimeoutError when the worker is gone (then it must be dropped)."""
+        fds = []
+        try:
+            (in_r, in_w), (out_r, out_w), (err_r, err_w), (code_r, code_w) = (_pipe(fds) for _ in range(4))
+            head = json.dumps({"uid": (1 << 20) + secrets.randbelow(1 << 29), "cpu": int(timeout) + 1,
+                               "mem": mem_mb << 20, "nproc": nproc, "tmpfs": TMPFS_BYTES}).encode()
+            socket.send_fds(self.sock, [head], [in_r, out_w, err_w, code_r])
+            _close(fds, in_r, out_w, err_w, code_r)
+            end = time.monotonic() + timeout
+            out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace"), code_w: code}, out_r, err_r, end)
+            if closed:
+                try:
+                    return _result(out, err, int(self._reply(end - time.monotonic())), False)
+                except (TimeoutError, ValueError):  # it closed its pipes and kept running
+                    pass
+            self.kill()  # the whole namespace: the program and everything it started
+            o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0)
+            return _result(out + o2, err + e2, -9, True)
+        finally:
+            _close(fds, *fds)
+
+    def kill(self):
+        _kill(self.proc)
+        self.proc.wait()
+        self.sock.close()
+
+
+class Pool:
+    """At most `size` (default: one per core) workers, started on demand, shared by every thread."""
+
+    def __init__(self, size=None):
+        import queue
+        self.idle, self.pid = queue.LifoQueue(), os.getpid()
+        for _ in range(size or CORES):
+            self.idle.put(None)  # a free slot: the thread that takes it starts a worker in it
+
+    def _take(self):
+        w = self.idle.get()
+        if w is None:
+            try:
+                return _Worker()
+            except BaseException:
+                self.idle.put(None)
+                raise
+        return w
+
+    def run(self, code, stdin, timeout, mem_mb, nproc):
+        try:
+            code = code.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates in model output
+            return Result("", f"sandbox: {e}", -1, False)
+        for _ in range(2):  # a worker that died (killed from outside, say) is replaced once
+            w = self._take()
+            try:
+                r = w.run(code, stdin, timeout, mem_mb, nproc)
+            except (OSError, TimeoutError, ValueError) as e:
+                w.kill()
+                self.idle.put(None)
+                r = Result("", f"sandbox: worker failed: {e}", -1, False)
+                continue
+            self.idle.put(None if r.timed_out else w)  # a timed-out worker was killed: its slot is free
+            return r
+        return r
+
+    def close(self):
+        workers = []
+        while not self.idle.empty():
+            workers.append(self.idle.get())
+        for w in workers:
+            if w is not None:
+                w.kill()
+            self.idle.put(None)
+
+
+_POOL = [None]
+
+
+def _pool():
+    """The process's Pool, or None (warned once) when a worker cannot run a job here (bwrap without
+    the rights to make nested namespaces, say): then each run gets its own namespace, as before."""
+    if _POOL[0] is not None and _POOL[0] is not False and _POOL[0].pid != os.getpid():
+        _POOL[0] = None  # a forked child never talks to its parent's workers
+    if _POOL[0] is None:
+        with _POOL_LOCK:
+            if _POOL[0] is None:
+                p = Pool()
+                try:
+                    r = p.run("import os, sys; print(os.getpid(), sys.prefix, os.listdir('/tmp'))", "", 30.0, 512, 64)
+                except Exception as e:
+                    r = Result("", str(e), -1, False)
+                if r.returncode == 0 and r.stdout.split(" ", 2)[:2] == ["1", sys.prefix]:
+                    _POOL[0] = p
+                    atexit.register(p.close)
+                else:
+                    p.close()
+                    _POOL[0] = False
+                    warnings.warn(f"sandbox: the worker pool does not work here ({(r.stderr or r.stdout).strip()[-200:]}); "
+                                  "one bubblewrap namespace per run instead (slower)", RuntimeWarning, stacklevel=3)
+    return _POOL[0] or None
+
+
+_POOL_LOCK = threading.Lock()
 
 
 def _kill(p):

@@ -1,10 +1,16 @@
-"""sandbox.py against hostile programs, on the bubblewrap path and on the fallback path."""
+"""sandbox.py against hostile programs, on each path: the worker pool (bubblewrap namespace per worker, fresh
+namespaces per job), one bubblewrap namespace per run, and the fallback without bubblewrap.
+
+    python -m pytest -q test_sandbox.py
+"""
+import json
 import os
 import resource
 import socket
 import subprocess
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -12,8 +18,11 @@ import sandbox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BWRAP = sandbox._bwrap() is not None
-MODES = [pytest.param(True, id="bwrap", marks=pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here")),
-         pytest.param(False, id="fallback")]
+POOL = BWRAP and sandbox._pool() is not None
+MODES = [pytest.param("pool", id="pool", marks=pytest.mark.skipif(not POOL, reason="worker pool not usable here")),
+         pytest.param("bwrap", id="bwrap", marks=pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here")),
+         pytest.param("fallback", id="fallback")]
+TAG = b"# sandbox worker"  # in the argv of every pool process: bwrap, the server, and whatever a job forks
 
 
 @pytest.fixture(params=MODES)
@@ -22,7 +31,25 @@ def bw(request):
 
 
 def run(code, bw, **kw):
-    return sandbox.run(code, bwrap=bw, **kw)
+    return sandbox.run(code, bwrap=bw != "fallback", pool=bw == "pool", **kw)
+
+
+def pool_procs(warm=True):
+    """Pool processes now; first a job, so the worker the next job takes (the pool is LIFO) is running."""
+    if warm and POOL:
+        sandbox.run("pass")
+    return set(procs_with(TAG.decode(), grace=0))
+
+
+def no_leftovers(marker, bw, before):
+    """No process carries `marker`, and (pool) no process forked inside a worker outlived its job:
+    pool processes are only those that were there before (a timed-out worker is gone, not replaced)."""
+    assert procs_with(marker) == []
+    if bw == "pool":
+        end = time.monotonic() + 3.0
+        while (extra := pool_procs(warm=False) - before) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert extra == set()
 
 
 def procs_with(marker, grace=3.0):
@@ -64,14 +91,15 @@ def test_timeout_returns_promptly(bw, code):
 
 
 def test_background_child_is_not_left_behind(bw):
-    if not bw and "-p" not in sandbox._fallback()[0]:
+    if bw == "fallback" and "-p" not in sandbox._fallback()[0]:
         pytest.skip("no PID namespace in the fallback here: a child that calls setsid() escapes the group kill")
     marker = f"sbx-bg-{uuid.uuid4().hex}"
     code = (f"import os, time  # {marker}\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n"
             f"        time.sleep(60)\nprint('parent done')")
+    before = pool_procs()
     r = run(code, bw, timeout=5.0)
     assert r.stdout == "parent done\n" and r.returncode == 0 and not r.timed_out  # done when its main process is
-    assert procs_with(marker) == []
+    no_leftovers(marker, bw, before)
 
 
 @pytest.mark.parametrize("style", ["fork", "spawn"])
@@ -83,10 +111,11 @@ def test_fork_bomb_is_contained(bw, style):
             f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # {marker}'])")
     code = f"import os, subprocess, sys  # {marker}\nwhile True:\n    try:\n        {body}\n    except OSError:\n" \
            "        pass"
+    before = pool_procs()
     t = time.monotonic()
     r = run(code, bw, timeout=2.0)
     assert r.timed_out and time.monotonic() - t < 2.0 + 4.0
-    assert procs_with(marker) == []
+    no_leftovers(marker, bw, before)
     assert subprocess.run(["true"]).returncode == 0  # we can still fork
 
 
@@ -96,9 +125,10 @@ def test_process_count_is_limited(bw):
     marker = f"sbx-nproc-{uuid.uuid4().hex}"
     code = (f"import os, time  # {marker}\nn = 0\nfor _ in range(200):\n    try:\n        if os.fork() == 0:\n"
             f"            time.sleep(60)\n        n += 1\n    except OSError:\n        break\nprint(n)")
+    before = pool_procs()
     r = run(code, bw, nproc=20)
     assert r.returncode == 0 and 0 < int(r.stdout) < 20, r
-    assert procs_with(marker) == []
+    no_leftovers(marker, bw, before)
 
 
 @pytest.mark.parametrize("code", ["x = bytearray(1 << 30)",
@@ -119,14 +149,15 @@ def test_huge_output_is_capped(bw):
 
 
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here; the fallback does not isolate the filesystem")
-def test_cannot_touch_host_files():
+@pytest.mark.parametrize("pool", [True, False], ids=["pool", "bwrap"])
+def test_cannot_touch_host_files(pool):
     name = f"sbx-escape-{uuid.uuid4().hex}"
     targets = [f"/tmp/{name}", os.path.join(HERE, name), os.path.join(os.path.expanduser("~"), name)]
     code = (f"import os\nprint(os.path.exists({os.path.join(HERE, 'sandbox.py')!r}))\n"
             f"for p in {targets!r}:\n    try:\n        open(p, 'w').write('x')\n    except OSError as e:\n"
             f"        print(type(e).__name__)")
     try:
-        r = sandbox.run(code)
+        r = sandbox.run(code, pool=pool)
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith("False\n")  # the repo is not even visible
         assert [p for p in targets if os.path.exists(p)] == []
@@ -157,7 +188,7 @@ def test_parent_environment_is_invisible(bw, monkeypatch):
 
 
 def test_no_network(bw):
-    if not bw and "-n" not in sandbox._fallback()[0]:
+    if bw == "fallback" and "-n" not in sandbox._fallback()[0]:
         pytest.skip("neither bwrap nor `unshare -n` works here: the fallback has network")
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
@@ -191,7 +222,7 @@ def test_cannot_kill_the_caller(bw):
 
 def test_run_many_in_order(bw):
     jobs = [(f"import time\ntime.sleep({0.1 * (i % 3)})\nprint(int(input()) ** 2)", str(i)) for i in range(16)]
-    rs = sandbox.run_many(jobs, timeout=10.0, bwrap=bw)
+    rs = sandbox.run_many(jobs, timeout=10.0, bwrap=bw != "fallback", pool=bw == "pool")
     assert [r.stdout for r in rs] == [f"{i * i}\n" for i in range(16)]
     assert all(r.returncode == 0 and not r.timed_out for r in rs)
 
@@ -215,3 +246,93 @@ def test_unrunnable_text_is_a_result_not_an_exception():
         r = sandbox.run(code, stdin=stdin, timeout=5.0)
         assert isinstance(r, sandbox.Result) and not r.timed_out
     assert sandbox.run("print(1)\x00").returncode != 0
+
+
+# ---- the worker pool: jobs of one step share workers and run side by side ---------------------------------
+
+needs_pool = pytest.mark.skipif(not POOL, reason="worker pool not usable here")
+
+
+@needs_pool
+def test_concurrent_jobs_cannot_see_each_other():
+    """Two programs of the same step, running at the same time: neither sees the other's files or
+    processes (each sees only its own /tmp and its own PID 1)."""
+    pool = sandbox.Pool(2)
+    names = [f"sbx-own-{uuid.uuid4().hex}" for _ in range(2)]
+    code = ("import os, time, json\nname = input()\nopen('/tmp/' + name, 'w').write('x')\nt0 = time.monotonic()\n"
+            "time.sleep(0.8)\nprocs = {p: open(f'/proc/{p}/cmdline', 'rb').read().decode() for p in os.listdir('/proc') "
+            "if p.isdigit()}\nprint(json.dumps([os.listdir('/tmp'), procs, t0, time.monotonic()]))")
+    try:
+        with ThreadPoolExecutor(2) as ex:
+            rs = list(ex.map(lambda n: pool.run(code, n, 10.0, 512, 64), names))
+    finally:
+        pool.close()
+    out = [json.loads(r.stdout) for r in rs]
+    assert out[0][2] < out[1][3] and out[1][2] < out[0][3], "the two jobs did not overlap"
+    for name, (tmp, procs, _, _) in zip(names, out):
+        assert tmp == [name]
+        assert list(procs) == ["1"]
+
+
+@needs_pool
+def test_a_job_leaves_nothing_for_the_next():
+    """A daemon, a file, a changed environment, a SysV shared-memory segment and a listening socket
+    left by one job are gone for the next job on the SAME worker (a pool of one)."""
+    pool = sandbox.Pool(1)
+    marker = f"sbx-left-{uuid.uuid4().hex}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free on the host; inside the worker it is the job's own loopback
+    shm = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "libc.shmat.restype = ctypes.c_void_p\n")
+    first = (f"import os, socket, time, sys  # {marker}\n{shm}"
+             f"sid = libc.shmget(4242, 4096, 0o1666)\nprint('shm', sid)\n"
+             f"ctypes.memmove(libc.shmat(sid, None, 0), b'{marker}', {len(marker)})\n"
+             f"open('/tmp/leftover', 'w').write('x')\nos.environ['SBX_LEFT'] = '1'\nos.putenv('SBX_LEFT', '1')\n"
+             f"if os.fork() == 0:\n    os.setsid()\n    srv = socket.socket(); srv.bind(('127.0.0.1', {port})); srv.listen()\n"
+             f"    time.sleep(60)\ntime.sleep(0.3)\nprint('left')")
+    second = (f"import os, socket\n{shm}"
+              f"print(os.listdir('/tmp'), [p for p in os.listdir('/proc') if p.isdigit()], os.environ.get('SBX_LEFT'))\n"
+              f"print('shm', libc.shmget(4242, 0, 0), open('/proc/sysvipc/shm').read().count('\\n'))\n"
+              f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('connected')\n"
+              f"except OSError:\n    print('refused')")
+    try:
+        assert pool.run("pass", "", 10.0, 512, 64).returncode == 0  # its one worker is up
+        before = pool_procs(warm=False)
+        r1 = pool.run(first, "", 10.0, 512, 64)
+        assert r1.returncode == 0 and r1.stdout.endswith("left\n") and "shm -1" not in r1.stdout, r1
+        r2 = pool.run(second, "", 10.0, 512, 64)
+        assert r2.returncode == 0, r2.stderr
+        assert r2.stdout.splitlines() == ["[] ['1'] None", "shm -1 1", "refused"]
+        no_leftovers(marker, "pool", before)
+    finally:
+        pool.close()
+
+
+@needs_pool
+def test_a_timed_out_worker_is_replaced():
+    pool = sandbox.Pool(1)
+    try:
+        assert pool.run("while True: pass", "", 1.0, 512, 64).timed_out
+        assert pool.run("print(input())", "again", 5.0, 512, 64).stdout == "again\n"
+    finally:
+        pool.close()
+
+
+@needs_pool
+def test_broken_pool_falls_back_to_a_namespace_per_run(monkeypatch):
+    monkeypatch.setattr(sandbox, "_SERVER", "import sys; sys.exit(1)")
+    monkeypatch.setattr(sandbox, "_POOL", [None])
+    with pytest.warns(RuntimeWarning, match="worker pool") as rec:
+        rs = [sandbox.run("print(6 * 7)") for _ in range(2)]
+    assert len([w for w in rec if "worker pool" in str(w.message)]) == 1
+    assert [r.stdout for r in rs] == ["42\n"] * 2
+
+
+def test_run_many_stops_after_a_decided_result(bw):
+    """stop(i, result) true: later jobs are skipped, every earlier one runs, whatever the timing."""
+    jobs = [(f"import time\ntime.sleep({0.05 * (i % 4)})\nprint({i})", "") for i in range(12)]
+    rs = sandbox.run_many(jobs, timeout=10.0, bwrap=bw != "fallback", pool=bw == "pool",
+                          stop=lambda i, r: i in (5, 9))
+    assert [r.stdout for r in rs[:6]] == [f"{i}\n" for i in range(6)]
+    assert rs[6:] == [None] * 6
