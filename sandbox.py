@@ -15,9 +15,14 @@ Fallback (no usable bwrap; warned once): `unshare [-r] -n -p -f --kill-child --m
 works, else `unshare -n`, else nothing, in a fresh host temp dir removed afterwards. There the program
 sees the host filesystem and can write wherever its user can; as root (the interpreter must be
 reachable by other uids to drop it) nothing limits its process count.
+Default, the worker pool (bubblewrap as above, plus Linux rights to make nested namespaces; probed once,
+warned and skipped where it fails): one namespace per worker, one worker per core, each holding a warm
+interpreter that forks every job into fresh PID, mount and IPC namespaces of its own (own /tmp tmpfs,
+own /proc, the program is their PID 1: whatever it leaves dies with it), same limits and uid drop.
+Every property above holds per job; see the comment above _SERVER. run_many and concurrent run()
+calls share one queue, so all the programs of a training step keep every core busy.
 Never enforced: syscall filtering (no seccomp); disk use in the fallback beyond 1 MiB per file.
-Cost of print(1) here (shared 2-core box): bare python ~18 ms, fallback ~25 ms, bwrap ~31 ms per
-serial run; run_many ~13 (fallback) vs ~18 (bwrap) ms per job.
+Cost: `python bench.py --sandbox` prints runs/s of the pool vs one namespace per run.
 
     python -m pytest -q test_sandbox.py
 """
@@ -246,7 +251,7 @@ def run_many(jobs, timeout=5.0, workers=None, stop=None, **limits):
     which jobs ran depends only on the results, never on timing."""
     jobs = list(jobs)
     _bwrap() if limits.get("bwrap", True) else _fallback()  # probe (and warn) once, not once per thread
-    execu, cut = _executor(workers), [len(jobs)]
+    execu, cut = _executor(workers, os.getpid()), [len(jobs)]  # a forked child gets its own threads
 
     def one(i, code, stdin):
         if i > cut[0]:
@@ -264,7 +269,7 @@ def run_many(jobs, timeout=5.0, workers=None, stop=None, **limits):
 
 
 @lru_cache(maxsize=None)
-def _executor(workers=None):
+def _executor(workers, pid):
     """The process-wide job queue: one thread per core (each job is a subprocess or a pool worker's
     child, so the GIL is not held while it runs)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -475,7 +480,7 @@ class Pool:
             self.idle.put(None)
 
 
-_POOL = [None]
+_POOL, _POOL_LOCK = [None], threading.Lock()  # [None: not probed yet | False: unusable here | the Pool]
 
 
 def _pool():
@@ -487,8 +492,9 @@ def _pool():
         with _POOL_LOCK:
             if _POOL[0] is None:
                 p = Pool()
-                try:
-                    r = p.run("import os, sys; print(os.getpid(), sys.prefix, os.listdir('/tmp'))", "", 30.0, 512, 64)
+                try:  # not as root, a job could not get a uid of its own (or drop its capabilities): no pool
+                    r = (p.run("import os, sys; print(os.getpid(), sys.prefix, os.listdir('/tmp'))", "", 30.0, 512, 64)
+                         if ROOT else Result("", "it needs root, to give every job a uid of its own", -1, False))
                 except Exception as e:
                     r = Result("", str(e), -1, False)
                 if r.returncode == 0 and r.stdout.split(" ", 2)[:2] == ["1", sys.prefix]:
@@ -500,9 +506,6 @@ def _pool():
                     warnings.warn(f"sandbox: the worker pool does not work here ({(r.stderr or r.stdout).strip()[-200:]}); "
                                   "one bubblewrap namespace per run instead (slower)", RuntimeWarning, stacklevel=3)
     return _POOL[0] or None
-
-
-_POOL_LOCK = threading.Lock()
 
 
 def _kill(p):
