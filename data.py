@@ -18,7 +18,7 @@ raises RuntimeError saying what to do (never a silent fallback); a malformed rec
 naming the dataset or file and the record.
 
 math_equal compares plain numbers exactly in-process and hands anything else to math_verify in a helper
-process with a hard timeout (so it is safe from any thread and cannot hang a worker).
+process with a hard timeout (safe from any thread, cannot hang a worker); a pool of helpers serves threads.
 
 Tests of kind "stdin" are {"input", "output"}: the program gets the input only, and its output is
 compared here, token-wise (floats to 1e-6). Tests of kind "function" are Python statements asserting on
@@ -58,6 +58,8 @@ OFFLINE_MATH = {"train": range(0, 350), "val": range(350, 400), "test": range(40
 HUMANEVAL_SPLIT = {0: "test", 1: "val"}  # HumanEval/n by n % 5; the rest is train
 LCB_RELEASE = 5  # LiveCodeBench release_v5: test.jsonl ... test5.jsonl (880 problems)
 VERIFY_TIMEOUT = 3  # seconds for each math_verify parse/compare
+# math_verify helper processes at most (made on demand; each holds sympy, ~100 MB): one per core, up to 8
+VERIFY_HELPERS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def _check_split(split):
@@ -261,7 +263,8 @@ def _serve():
 class _Verifier:
     """math_verify in a helper process: its signal-based timeouts work there (on that process's main
     thread), whichever thread calls us, and a parse that hangs inside C code (where no signal lands) is
-    bounded too: past `limit` the answer is False and the helper is killed, to be restarted on next use."""
+    bounded too: past `limit` the answer is False and the helper is killed, to be restarted on next use.
+    One request at a time (its lock); _VerifierPool spreads threads over several."""
 
     def __init__(self):
         self.lock, self.proc, self.pid = threading.Lock(), None, None
@@ -296,7 +299,38 @@ class _Verifier:
                 return False
 
 
-_VERIFIER = _Verifier()
+class _VerifierPool:
+    """Up to `size` _Verifier helpers, so that threads verify at once: a call takes a free one (the last
+    given back: warm), else makes one while fewer than `size` exist, else waits, and gives it back after.
+    A helper that died or overran restarts its process on next use (_Verifier.equal); each one closes its
+    process at exit. A forked child starts with an empty pool (and never talks to its parent's helpers)."""
+
+    def __init__(self, size=VERIFY_HELPERS):
+        self.size = max(1, size)
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # the child lacks the threads holding lock/helpers
+
+    def _reset(self):
+        self.cond, self.helpers, self.free = threading.Condition(), [], []
+
+    def equal(self, pred, gold, **kw):
+        with self.cond:
+            while not self.free and len(self.helpers) >= self.size:
+                self.cond.wait()
+            if not self.free:  # every helper is busy: a new one (so len(helpers) > 1 means calls overlapped)
+                self.helpers.append(_Verifier())
+                self.free.append(self.helpers[-1])
+            h = self.free.pop()
+        try:
+            return h.equal(pred, gold, **kw)  # never raises
+        finally:
+            with self.cond:
+                if any(h is x for x in self.helpers):  # not one taken before a fork
+                    self.free.append(h)
+                    self.cond.notify()
+
+
+_VERIFIER = _VerifierPool()
 
 
 @lru_cache(maxsize=1 << 16)  # K samples of one problem often give the same answer
@@ -306,8 +340,9 @@ def _verified(pred, gold):
 
 def math_equal(pred, gold):
     """Is `pred` the same answer as `gold`? Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000) compare exactly
-    here; anything else goes to math_verify in a helper process (see _Verifier). Safe from any thread;
-    never raises; at most ~11 s for a pathological input."""
+    here; anything else goes to math_verify in a helper process (see _Verifier; up to VERIFY_HELPERS
+    threads at once, see _VerifierPool). Safe from any thread; never raises; at most ~11 s of helper time
+    for a pathological input (plus any wait for a free helper)."""
     try:
         p, g = _clean(pred), _clean(gold)
         if not p or not g or len(p) > 500 or len(g) > 500:  # an "answer" that long is not one

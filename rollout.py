@@ -13,6 +13,11 @@ clone of the env and scored there; all K become samples keyed (problem, turn, ro
 from the best branch (random, seeded tie-break). One engine call per (turn, role) covers every live
 problem. `linear_rollout` plays episodes with one completion per call: the parallel-sampling baseline
 (K independent episodes, grouped per (problem, role)) and evaluation.
+Env steps: the texts of one engine call are decoded here, then ALL that call's env.step calls (every
+problem x branch) run at once in a thread pool (`workers`; 1: one after another). Threads suffice: an
+env's heavy work (sandboxed programs, the math verifier) runs in subprocesses. Results are used in the
+original order, so samples, rewards, branch picks (the rng) and metrics equal the sequential ones.
+Their wall time adds up in `Sampler.env_s` (train.py logs it as time/env).
 
     python -m pytest -q test_rollout.py
 """
@@ -20,6 +25,7 @@ import contextlib
 import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -169,12 +175,13 @@ def make_engine(kind, model_dir, **kw):
 
 class Sampler:
     """One engine serving every policy. Before generating for a role, the engine must hold that role's
-    policy weights: `weights(name)` gives them, and the switch is pushed (and timed) only when needed."""
+    policy weights: `weights(name)` gives them, and the switch is pushed (and timed) only when needed.
+    `sync_s` (weight pushes) and `env_s` (env steps, see step_envs) add up seconds; callers take differences."""
 
     def __init__(self, engine, tok, route, weights, loaded=None):
         self.engine, self.tok, self.route, self.weights = engine, tok, route, weights
         self.loaded = loaded   # name of the policy whose weights the engine holds now
-        self.sync_s, self.switches = 0.0, 0
+        self.sync_s, self.switches, self.env_s = 0.0, 0, 0.0
 
     def invalidate(self):
         self.loaded = None     # after an update every policy's weights are stale in the engine
@@ -227,35 +234,60 @@ def pick_branch(rewards, rng):
     return rng.choice([j for j, r in enumerate(rewards) if r == best])
 
 
-def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_tokens=4096, first_pid=0):
-    """AT-GRPO tree sampling over a list of envs (modified: each is replaced by its best branch).
+@contextlib.contextmanager
+def step_pool(workers):
+    """The thread pool of a rollout's env steps (None for workers <= 1: plain loop). On the way out,
+    steps not yet started are cancelled (after a failed step nothing waits for the rest)."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="env") if workers > 1 else None
+    try:
+        yield pool
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def step_envs(sampler, pool, steps):
+    """env.step(role, text) for every (env, role, text) of `steps`, through `pool` when given (at once;
+    one after another without), timed into sampler.env_s. Rewards come back in the order of `steps`; a
+    step's exception propagates."""
+    t = time.time()
+    try:
+        run = lambda s: s[0].step(s[1], s[2])
+        return list(pool.map(run, steps)) if pool is not None else [run(s) for s in steps]
+    finally:
+        sampler.env_s += time.time() - t
+
+
+def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_tokens=4096, first_pid=0, workers=32):
+    """AT-GRPO tree sampling over a list of envs (modified: each is replaced by its best branch). The K
+    branches of every problem of one engine call are stepped together (step_envs, `workers` threads).
     Returns (samples, final envs)."""
     envs = list(envs)
     items = [[first_pid + i, e] for i, e in enumerate(envs)]
     samples = []
     roles = envs[0].roles if envs else ()
-    while any(not it[1].done for it in items):
-        for role in roles:
-            live, prompts = _prompts(sampler, items, role, max_prompt_tokens)
-            if not live:
-                continue
-            outs = sampler.generate(role, prompts, K, temperature, max_tokens)
-            for it, p, comps in zip(live, prompts, outs):
-                pid, env = it
-                assert len(comps) == K, f"engine returned {len(comps)} completions, expected K={K}"
-                key, branches, rewards, group = group_key(pid, env, role), [], [], []
-                for c in comps:
-                    b = env.clone()  # step, score and keep THE SAME object
-                    text = sampler.decode(c)
-                    reward = b.step(role, text)
-                    branches.append(b)
-                    rewards.append(reward)
-                    group.append(Sample(p, c.ids, c.logprobs, float(reward), key, role, sampler.route(role),
-                                        c.truncated, text))
-                j = pick_branch(rewards, rng)
-                group[j].extra["continued"] = True  # the branch the episode goes on from
-                it[1] = branches[j]
-                samples += group
+    with step_pool(workers) as pool:
+        while any(not it[1].done for it in items):
+            for role in roles:
+                live, prompts = _prompts(sampler, items, role, max_prompt_tokens)
+                if not live:
+                    continue
+                outs = sampler.generate(role, prompts, K, temperature, max_tokens)
+                steps = []  # (branch, role, text) of every problem x completion, in order
+                for (pid, env), comps in zip(live, outs):
+                    assert len(comps) == K, f"engine returned {len(comps)} completions, expected K={K}"
+                    steps += [(env.clone(), role, sampler.decode(c)) for c in comps]
+                rewards = step_envs(sampler, pool, steps)
+                for i, (it, p, comps) in enumerate(zip(live, prompts, outs)):
+                    pid, env = it
+                    key = group_key(pid, env, role)  # env: the state before the step (its clones moved)
+                    branches, rs = [b for b, _, _ in steps[i * K:(i + 1) * K]], rewards[i * K:(i + 1) * K]
+                    group = [Sample(p, c.ids, c.logprobs, float(r), key, role, sampler.route(role), c.truncated, text)
+                             for c, r, (_, _, text) in zip(comps, rs, steps[i * K:(i + 1) * K])]
+                    j = pick_branch(rs, rng)
+                    group[j].extra["continued"] = True  # the branch the episode goes on from
+                    it[1] = branches[j]  # the stepped, scored object itself
+                    samples += group
     check_groups(samples, K)
     return samples, [it[1] for it in items]
 
@@ -270,25 +302,29 @@ def check_groups(samples, K):
         assert all(s.prompt_ids == g[0].prompt_ids for s in g), f"group {key} mixes prompts"
 
 
-def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt_tokens=4096):
+def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt_tokens=4096, workers=32):
     """Play each env to the end with one completion per (turn, role). Samples are keyed (pid, role):
-    plain GRPO's per-problem groups when envs holds K copies of each problem. Returns (samples, envs)."""
+    plain GRPO's per-problem groups when envs holds K copies of each problem. The envs of one engine call
+    are stepped together (step_envs, `workers` threads), so they must be distinct objects. Returns
+    (samples, envs)."""
     envs = list(envs)
+    assert len({id(e) for e in envs}) == len(envs), "linear_rollout steps envs at once: pass distinct objects"
     pids = list(range(len(envs))) if pids is None else pids
     items = [[pid, e] for pid, e in zip(pids, envs)]
     samples = []
     roles = envs[0].roles if envs else ()
-    while any(not e.done for e in envs):
-        for role in roles:
-            live, prompts = _prompts(sampler, items, role, max_prompt_tokens)
-            if not live:
-                continue
-            outs = sampler.generate(role, prompts, 1, temperature, max_tokens)
-            for (pid, env), p, (c,) in zip(live, prompts, outs):
-                text = sampler.decode(c)
-                r = float(env.step(role, text))
-                samples.append(Sample(p, c.ids, c.logprobs, r, (pid, role), role, sampler.route(role),
-                                      c.truncated, text))
+    with step_pool(workers) as pool:
+        while any(not e.done for e in envs):
+            for role in roles:
+                live, prompts = _prompts(sampler, items, role, max_prompt_tokens)
+                if not live:
+                    continue
+                outs = sampler.generate(role, prompts, 1, temperature, max_tokens)
+                texts = [sampler.decode(c) for (c,) in outs]
+                rewards = step_envs(sampler, pool, [(env, role, text) for (_, env), text in zip(live, texts)])
+                for (pid, _), p, (c,), text, r in zip(live, prompts, outs, texts, rewards):
+                    samples.append(Sample(p, c.ids, c.logprobs, float(r), (pid, role), role, sampler.route(role),
+                                          c.truncated, text))
     return samples, envs
 
 
@@ -323,16 +359,19 @@ def seeded(seed):
             np.random.set_state(npy)
 
 
-def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, max_prompt_tokens=4096, seed=None):
+def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, max_prompt_tokens=4096, seed=None,
+             workers=32):
     """Team success of the workflow on problems make_env(0..n-1), `samples` episodes each (greedy when
     temperature is 0). With a `seed`, sampling is reproducible and leaves the global generators as they
-    were (see seeded). Returns dict(success (pass@1, or avg@S), pass@S, reward/<role>, turns, tokens,
-    examples: the first raw responses of each role, cut ones too)."""
+    were (see seeded); `workers`: threads stepping the envs (linear_rollout). Returns dict(success (pass@1,
+    or avg@S), pass@S, reward/<role>, turns, tokens, examples: the first raw responses of each role, cut
+    ones too)."""
     envs = [make_env(i) for i in range(n) for _ in range(samples)]
     if not envs:
         return {"success": 0.0, "episodes": 0}
     with seeded(seed) if seed is not None else contextlib.nullcontext():
-        ss, envs = linear_rollout(envs, sampler, temperature, max_tokens, max_prompt_tokens=max_prompt_tokens)
+        ss, envs = linear_rollout(envs, sampler, temperature, max_tokens, max_prompt_tokens=max_prompt_tokens,
+                                  workers=workers)
     ok = [float(e.success) for e in envs]
     out = {"success": sum(ok) / len(envs), "episodes": len(envs),
            f"pass@{samples}": sum(max(ok[i * samples:(i + 1) * samples]) for i in range(n)) / n,

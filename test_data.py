@@ -126,9 +126,46 @@ def test_math_equal_from_a_worker_thread():
     t.join(120)
     assert out["eq"] == [True] * len(EQUAL) and not any(out["wrong"])
     # an overrunning call is answered False and its helper process replaced, not waited for
+    v = data._Verifier()
+    try:
+        assert v.equal("x+1", "1+x") is True
+        assert v.equal("x+1", "1+x", limit=1e-4) is False
+        assert v.proc is None
+        assert v.equal("x+1", "1+x") is True
+    finally:
+        v.close()
+    # the same through the pool: the overrun helper goes back to it and restarts on its next use
     assert data._VERIFIER.equal("x+1", "1+x", limit=1e-4) is False
-    assert data._VERIFIER.proc is None
     assert data._VERIFIER.equal("x+1", "1+x") is True
+
+
+def test_math_equal_from_threads_runs_in_several_helpers_at_once(monkeypatch):
+    """Threads verify at once, each in a helper of the pool (not one after another behind one lock), and
+    get the answers of one-at-a-time calls."""
+    pairs = [("(x+1)^2", "x^2+2x+1"), (r"2\pi", r"\pi \cdot 2"), ("x+1", "x-1"), (r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2"),
+             ("a+b", "b+a"), ("x^2", "x^3")]
+    data._verified.cache_clear()
+    want = [data.math_equal(p, g) for p, g in pairs]
+    assert want == [True, True, False, True, True, False]
+    pool = data._VerifierPool(size=3)
+    monkeypatch.setattr(data, "_VERIFIER", pool)
+    data._verified.cache_clear()
+    start = threading.Barrier(len(pairs))
+
+    def one(pair):
+        start.wait()
+        return data.math_equal(*pair)
+    try:
+        with ThreadPoolExecutor(len(pairs)) as ex:
+            got = list(ex.map(one, pairs))
+        assert got == want
+        # a second helper is made only while every other one is busy: calls overlapped; never over the cap
+        assert 1 < len(pool.helpers) <= 3
+        assert len(pool.free) == len(pool.helpers)  # all given back
+    finally:
+        for h in pool.helpers:
+            h.close()
+        data._verified.cache_clear()
 
 
 def test_extract_boxed():

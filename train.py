@@ -53,6 +53,8 @@ def get_args(argv=None):
     A("--sampling", default="tree", choices=("tree", "parallel"),
       help="tree (AT-GRPO) or parallel (K independent episodes, per-problem groups)")
     A("--temperature", type=float, default=1.0, help="sampling temperature (trainer divides logits by it)")
+    A("--env_workers", type=int, default=32,
+      help="threads stepping the envs of one engine call at once (1: one after another)")
     # ---- optimisation (paper: AdamW 1e-6, wd 0.01, clip 1.0, eps 0.2/0.2, one epoch, no KL)
     A("--lr", type=float, default=1e-6, help="AdamW learning rate")
     A("--weight_decay", type=float, default=0.01, help="AdamW weight decay")
@@ -84,7 +86,7 @@ def get_args(argv=None):
     args = parse_args(ap, argv)
     if args.K < 2:
         die(f"--K must be >= 2 (a group needs at least two samples), got {args.K}")
-    for flag in ("steps", "problems", "mini_batches", "micro_tokens"):
+    for flag in ("steps", "problems", "mini_batches", "micro_tokens", "env_workers"):
         if getattr(args, flag) <= 0:
             die(f"--{flag} must be positive, got {getattr(args, flag)}")
     if args.temperature <= 0:
@@ -144,7 +146,8 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world):
     per = (args.eval_n + world - 1) // world
     lo, hi = rank * per, min(args.eval_n, (rank + 1) * per)
     r = rollout.evaluate(lambda i: make_env(args, "test", lo + i), hi - lo, sampler, proto["temperature"],
-                         args.max_tokens, proto["samples"], max_prompt_tokens, seed=args.seed + rank)
+                         args.max_tokens, proto["samples"], max_prompt_tokens, seed=args.seed + rank,
+                         workers=args.env_workers)
     engine.reset_cache()
     episodes, n, passk = r["episodes"], hi - lo, f"pass@{proto['samples']}"
     s = all_reduce_sums({"wins": r["success"] * episodes, "pass": r.get(passk, 0.0) * n,
@@ -220,10 +223,11 @@ def play(args, sampler, step, rank, world, rng, max_prompt_tokens):
     if args.sampling == "tree":
         problems = [make_env(args, "train", first + i) for i in range(per_rank)]
         return rollout.tree_rollout(problems, sampler, args.K, args.temperature, args.max_tokens, rng,
-                                    max_prompt_tokens, first_pid=first)
+                                    max_prompt_tokens, first_pid=first, workers=args.env_workers)
     problems = [make_env(args, "train", first + i) for i in range(per_rank) for _ in range(args.K)]
     pids = [first + i for i in range(per_rank) for _ in range(args.K)]
-    return rollout.linear_rollout(problems, sampler, args.temperature, args.max_tokens, pids, max_prompt_tokens)
+    return rollout.linear_rollout(problems, sampler, args.temperature, args.max_tokens, pids, max_prompt_tokens,
+                                  workers=args.env_workers)
 
 
 def memory_metrics(rank, world):
@@ -238,8 +242,9 @@ def memory_metrics(rank, world):
 def log_line(m, roles):
     rewards = " ".join(f"{r} {m[f'reward/{r}']:+.2f}" for r in roles)
     return (f"step {m['step']:4d} | success {m['success']:.3f} | reward {rewards} | zero-adv {m['zero_adv_frac']:.2f}"
-            f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {m['time/rollout']:.1f}s upd {m['time/update']:.1f}s"
-            f" sync {m['time/sync']:.2f}s" + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
+            f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {m['time/rollout']:.1f}s (env {m['time/env']:.1f}s)"
+            f" upd {m['time/update']:.1f}s sync {m['time/sync']:.2f}s"
+            + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
 
 
 def write_json(path, obj):
@@ -328,10 +333,10 @@ def main(argv=None):
         rollout.seed_all(args.seed + rank)
 
     for step in tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps):
-        t0, sync0, switches0 = time.time(), sampler.sync_s, sampler.switches
-        # 1. rollout
+        t0, sync0, switches0, env0 = time.time(), sampler.sync_s, sampler.switches, sampler.env_s
+        # 1. rollout (time/env: the part of it spent stepping envs, in rollout's thread pool)
         samples, finals = play(args, sampler, step, rank, world, streams["branch"], max_prompt_tokens)
-        t_rollout = time.time() - t0 - (sampler.sync_s - sync0)
+        t_rollout, t_env = time.time() - t0 - (sampler.sync_s - sync0), sampler.env_s - env0
         # 2. groups and advantages
         advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm))
         for s, adv in zip(samples, advantages):
@@ -358,7 +363,7 @@ def main(argv=None):
         if args.device == "cuda":
             m.update(memory_metrics(rank, world))
         m["weight_switches"] = sampler.switches - switches0
-        m["time/rollout"], m["time/update"] = t_rollout, t_update
+        m["time/rollout"], m["time/env"], m["time/update"] = t_rollout, t_env, t_update
         if args.eval_n and args.eval_every and (step + 1) % args.eval_every == 0:
             m["eval/success"] = run_eval()["success"]
         if master:
