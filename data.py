@@ -589,10 +589,12 @@ def _last_line(text):
     return lines[-1].strip() if lines else "no output"
 
 
-def run_tests(program, problem, tests=None, timeout=5.0):
+def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
     """Run `program` on `problem`'s tests (all of them unless `tests` is given), one sandbox run per test,
     in parallel. Never raises for anything the program or a malformed test does. stdin tests: the
-    program gets the input only; its output is compared here. function tests: see judge.py."""
+    program gets the input only; its output is compared here. function tests: see judge.py.
+    first_failure: only pass/fail is wanted: tests after the first failing one (in order) are not run
+    and count as failed; `passed` is then the passing prefix (the same whatever the timing)."""
     tests = list(problem["tests"] if tests is None else tests)
     if not isinstance(program, str) or not program.strip():
         return Report(0, len(tests), ["empty program"] if tests else [])
@@ -605,21 +607,30 @@ def run_tests(program, problem, tests=None, timeout=5.0):
                  f"PRELUDE = {PRELUDE if setup.startswith(PRELUDE) else ''!r}\n{_JUDGE}")
         # the secrets travel on stdin, read by the judge after it forked the program's process
         jobs = [(judge, json.dumps({"nonce": nonce, "setup": f"{setup}\n{CHECK_HELPERS}", "test": str(t)})) for t in tests]
-    results = sandbox.run_many(jobs, timeout=timeout)
-    passed, failures = 0, []
-    for t, r in zip(tests, results):
+
+    def verdict(t, r):
+        """(passed, why not) of one test's run."""
         if kind == "stdin":
             exp = str(t.get("output", "")) if isinstance(t, dict) else ""
             ok = not r.timed_out and r.returncode == 0 and _same_output(r.stdout, exp)
             what = f"input: {_short(t.get('input', '') if isinstance(t, dict) else t)} expected: {_short(exp)} "
             why = f"got: {_short(r.stdout)}" if r.returncode == 0 else f"error: {_short(_last_line(r.stderr), 80)}"
         else:  # only the judge's last line, with this run's nonce, is a verdict
-            verdict = (r.stdout.splitlines() or [""])[-1]
-            ok = not r.timed_out and r.returncode == 0 and verdict == f"{nonce} PASS"
+            last = (r.stdout.splitlines() or [""])[-1]
+            ok = not r.timed_out and r.returncode == 0 and last == f"{nonce} PASS"
             what = f"{_short(t, 100)[1:-1]} -> "
-            why = (_short(verdict[len(nonce) + 6:], 150)[1:-1] if verdict.startswith(f"{nonce} FAIL ") else
+            why = (_short(last[len(nonce) + 6:], 150)[1:-1] if last.startswith(f"{nonce} FAIL ") else
                    f"no verdict (exit status {r.returncode}: {_short(_last_line(r.stderr), 80)[1:-1]})")
+        return ok, (what + (f"timed out after {timeout:g}s" if r.timed_out else why))[:200]
+
+    stop = (lambda i, r: not verdict(tests[i], r)[0]) if first_failure else None
+    results = sandbox.run_many(jobs, timeout=timeout, stop=stop)
+    passed, failures = 0, []
+    for t, r in zip(tests, results):
+        if r is None:  # not run: the result was decided before it
+            break
+        ok, why = verdict(t, r)
         passed += ok
         if not ok and len(failures) < 3:
-            failures.append((what + (f"timed out after {timeout:g}s" if r.timed_out else why))[:200])
+            failures.append(why)
     return Report(passed, len(tests), failures)

@@ -37,6 +37,7 @@ class Code(Task):
     fraction of the problem's tests passed; tester local = 1 if the REFERENCE solution passes its test
     (0 if it fails it, or if the problem has no reference; -1 for no test), team = the coder's success.
     In training the coder sees (and "done" counts) only the generated tests the reference passes.
+    Held out (val/test) the coder's tests stop at the first failure: success is all that is measured there.
     Single-agent workflow: the coder alone, one program."""
     NAME = "code"
     ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
@@ -77,7 +78,9 @@ class Code(Task):
         import data as D
         if role == "coder":
             self.program = extract_code(text) if isinstance(text, str) else None
-            rep = D.run_tests(self.program or "", self.task)
+            # held out, only success is measured: stop at the first failing test (the local reward there
+            # counts the passing prefix); in training every test runs, the local reward needs the count
+            rep = D.run_tests(self.program or "", self.task, first_failure=self.split != "train")
             self.success = rep.total > 0 and rep.passed == rep.total
             if self.workflow == "single":
                 self.end_turn(True)

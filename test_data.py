@@ -191,6 +191,32 @@ def test_all_humaneval_canonical_solutions_pass_and_a_wrong_one_fails():
     assert 0 < wrong.passed < wrong.total and "AssertionError" in wrong.failures[0]
 
 
+def test_first_failure_stops_early_and_never_passes_a_failing_program(monkeypatch):
+    """Only pass/fail wanted: tests after the first failing one do not run; which ones ran depends on the
+    results alone (the same passing prefix every time); a stopped report is never `ok`."""
+    import sandbox
+    p = data.load_code("test", "humaneval")[0]
+    wrong = p["problem"] + "    return True\n"
+    each = [data.run_tests(wrong, p, tests=[t]).passed for t in p["tests"]]
+    first = each.index(0)  # some pass, some fail: see the test above
+    runs = []
+    real = sandbox.run
+    monkeypatch.setattr(sandbox, "run", lambda *a, **k: runs.append(1) or real(*a, **k))
+    for _ in range(3):
+        runs.clear()
+        r = data.run_tests(wrong, p, first_failure=True)
+        assert (r.passed, r.total, len(r.failures), r.ok) == (first, len(p["tests"]), 1, False)
+        assert first + 1 <= len(runs) <= len(p["tests"])
+    right = data.run_tests(p["reference"], p, first_failure=True)
+    assert right.ok and right.passed == len(p["tests"])
+    q = next(q for q in data.load_code("train", "offline") if q["kind"] == "stdin" and len(q["tests"]) > sandbox.CORES + 1)
+    slow_after_first = (f"import sys, time\nif sys.stdin.read() != {str(q['tests'][0]['input'])!r}:\n    time.sleep(1)\n"
+                        "print('wrong')")
+    runs.clear()
+    r = data.run_tests(slow_after_first, q, first_failure=True)
+    assert r.passed == 0 and len(runs) <= sandbox.CORES < len(q["tests"])  # the ones already started, no more
+
+
 def test_shipped_stdin_problems_and_readable_failures():
     probs = [p for p in data.load_code("train", "offline") if p["kind"] == "stdin"]
     assert len(probs) >= 8
