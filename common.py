@@ -24,6 +24,13 @@ PRESETS = {
                      size=4, wall_prob=0.2, max_turns=2, tool_mode="direct", steps=200, K=8, problems=32,
                      mini_batches=8, lr=2e-4, lr_schedule="cosine", weight_decay=0.0, warmup=0, temperature=1.0,
                      max_tokens=24, eval_n=200, eval_every=25, out_dir="runs/cpu-demo", save_every=50, seed=0),
+    # the math workflow in miniature: the tool agent writes the expression of an arith word problem as a
+    # program (run in the sandbox), the reasoner reads its output and answers in \boxed{}; one turn
+    "cpu-demo-math": dict(task="math", data="arith", policies="per-role", model="tiny", tiny_dir="tiny-model-math",
+                          engine="vllm", device="cpu", max_turns=1, steps=150, K=8, problems=32, mini_batches=8,
+                          lr=2e-4, lr_schedule="cosine", weight_decay=0.0, warmup=0, temperature=1.0,
+                          max_tokens=32, eval_n=200, eval_every=25, out_dir="runs/cpu-demo-math", save_every=50,
+                          seed=0),
 }
 
 

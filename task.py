@@ -75,7 +75,8 @@ class Reward(float):
 
 # the option of the tasks that read data.py's datasets (math, code)
 DATA_OPTION = {"data": dict(help="math/code data: default = the paper's hub sets; 'offline' (shipped), "
-                                 "'humaneval' (code), or a local JSONL/Parquet file")}
+                                 "'arith' (math: procedural word problems), 'humaneval' (code), or a local "
+                                 "JSONL/Parquet file")}
 
 
 class Task:

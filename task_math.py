@@ -1,10 +1,12 @@
 """math: a tool agent writes Python that prints the answer (run in the sandbox); the reasoner answers in
-\\boxed{}. Problems come from data.py's loaders (index wraps around).
+\\boxed{}. Problems come from data.py's loaders (index wraps around), or with `--data arith` from arith.py's
+procedural word problems (the CPU miniature, `--preset cpu-demo-math`).
 
     python -m pytest -q test_envs.py
 """
 import copy
 
+import arith
 from task import DATA_OPTION, Task, run_program
 
 
@@ -21,15 +23,19 @@ class Math(Task):
     def __init__(self, split="train", index=0, **options):
         import data as D  # lazily: data.py imports the sandbox
         super().__init__(split, index, **options)
-        rows = D.load_math(split, self.options["data"])
-        self.problem, self.answer = rows[index % len(rows)]["problem"], rows[index % len(rows)]["answer"]
+        if self.options["data"] == "arith":  # procedural (arith.py): one problem per index, no wrap-around
+            self.record = arith.problem(split, index)
+        else:
+            rows = D.load_math(split, self.options["data"])
+            self.record = rows[index % len(rows)]
+        self.problem, self.answer = self.record["problem"], self.record["answer"]
         self.history = []       # (tool answer, reasoner answer) of finished turns
         self.tool_answer = None  # this turn's tool output
 
     @classmethod
     def count(cls, split, data=None, **options):
         import data as D
-        return len(D.load_math(split, data))
+        return None if data == "arith" else len(D.load_math(split, data))
 
     def render(self, role):
         if role == "tool":

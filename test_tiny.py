@@ -32,3 +32,26 @@ def test_transcripts_never_show_a_test_map():
         seen += mapped(grid) in test_maps
         total += 1
     assert total > 600 and seen == 0  # 8 of the 200 test boards were in the warm-up when seeds alone split
+
+
+def test_math_warmup_tool_programs_run_right_at_the_stated_rate():
+    """The math miniature's warm-up: tool programs, run in the sandbox, print the right answer about half
+    the time (p_tool=0.5; a wrong one is really wrong), the reasoner boxes a right tool output 80% of the
+    time, and every problem is a train one (content split)."""
+    import arith
+    import sandbox
+    from task import split_of
+    pairs = list(tiny.math_transcripts(300, seed=0))
+    tool = [(m, a) for m, a in pairs if "Write a Python program" in m[-1]["content"]]
+    reasoner = [(m, a) for m, a in pairs if "Tool program printed:" in m[-1]["content"]]
+    assert len(tool) == len(reasoner) == 300 and len(pairs) > 300 + 30  # plus single-agent prompts
+    outs = sandbox.run_many([(a, "") for _, a in tool])
+    truth = [arith.problem("train", tiny.SFT_OFFSET + i) for i in range(300)]
+    right = [o.stdout.strip() == p["answer"] for o, p in zip(outs, truth)]
+    assert all(o.returncode == 0 for o in outs)
+    assert 0.4 < sum(right) / len(right) < 0.6
+    shown = [m[-1]["content"].split("Tool program printed: ")[1].split("\n")[0] for m, _ in reasoner]
+    assert shown == [o.stdout.strip() for o in outs]  # the reasoner saw what the program prints
+    copied = [a == f"\\boxed{{{s}}}" for (_, a), s, ok in zip(reasoner, shown, right) if ok]
+    assert 0.7 < sum(copied) / len(copied) < 0.9
+    assert all(split_of(("arith", p["template"], tuple(p["numbers"].values()))) == "train" for p in truth)

@@ -235,3 +235,21 @@ def test_readme_new_task_registers_and_trains_one_step(tiny_dir, tmp_path, monke
     ms = metrics(out)
     assert [m["step"] for m in ms] == [1] and "reward/speaker" in ms[0] and ms[0]["samples"] == 4
     assert summary["task"] == "echo" and 0.0 <= summary["success_after"] <= 1.0
+
+
+def test_cpu_demo_math_preset_runs_two_steps(tmp_path):
+    """The math miniature's preset end to end on an untrained math-tokenizer model: arith problems, both
+    roles trained per-role, the tool's programs run in the sandbox, the math eval protocol (avg@5)."""
+    import tiny
+    model = tiny.build(str(tmp_path / "tiny-math"), sft_steps=0, task="math", log=lambda s: None)
+    out = str(tmp_path / "run")
+    run(["--preset", "cpu-demo-math", "--model", model, "--steps", "2", "--problems", "4", "--K", "4",
+         "--eval_n", "4", "--eval_every", "2", "--save_every", "0", "--out_dir", out])
+    ms = metrics(out)
+    assert len(ms) == 2 and "eval/success" in ms[-1]
+    assert {"reward/tool", "reward/reasoner"} <= set(ms[0]) and ms[0]["time/env"] > 0
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert (summary["task"], summary["policies"], summary["preset"]) == ("math", "per-role", "cpu-demo-math")
+    import train
+    args = train.get_args(["--preset", "cpu-demo-math", "--model", model])
+    assert (args.data, args.max_turns, args.tiny_dir) == ("arith", 1, "tiny-model-math")

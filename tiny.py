@@ -29,9 +29,17 @@ VERSION = 4  # bump when the tokenizer or warm-up recipe changes: ensure() refus
 SFT_STEPS = 100  # the demo model's warm-up
 
 
-def corpus():
-    """Prompt text of the game tasks: the tokenizer learns its words, so instructions cost few tokens."""
+def corpus(task="plan_path"):
+    """Prompt text of the game tasks (or of the math miniature): the tokenizer learns its words, so
+    instructions cost few tokens."""
     import envs
+    if task == "math":
+        for i in range(200):  # every template many times (numbers are single characters anyway)
+            for wf in ("mas", "single"):
+                env = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1, workflow=wf)
+                yield from (m["content"] for r in env.roles for m in env.prompt(r))
+        yield from ["print", "boxed", "user", "assistant", "system"] * 50
+        return
     for task in ("plan_path", "sudoku", "sokoban"):
         for mode in ("direct", "code"):
             for wf in ("mas", "single"):
@@ -40,7 +48,7 @@ def corpus():
     yield from ["user", "assistant", "system"] * 50
 
 
-def build_tokenizer():
+def build_tokenizer(task="plan_path"):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     tok = Tokenizer(models.BPE())
@@ -52,7 +60,7 @@ def build_tokenizer():
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(corpus()), trainer)
+    tok.train_from_iterator(list(corpus(task)), trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    chat_template=CHAT_TEMPLATE)
 
@@ -117,11 +125,74 @@ def transcripts(n, size, seed, p_correct=0.5, max_turns=2):
             yield single.prompt("planner"), noisy(single.reference("planner"), rng, p_correct)
 
 
-def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, log=print):
+def wrong_program(t, nums, rng):
+    """A plausible wrong expression for template t (an operator swapped, a number mistyped, two numbers
+    swapped, or brackets dropped) whose value differs from the right one."""
+    import arith
+    right = arith.answer(t, nums)
+    while True:
+        expr = _wrong(t, nums, rng)
+        if int(eval(expr, {"__builtins__": {}})) != right:  # our own text, no model output
+            return expr
+
+
+def _wrong(t, nums, rng):
+    import arith
+    expr = arith.expression(t, nums)
+    kind = rng.randrange(3)
+    if kind == 0:  # an operator swapped
+        ops = [i for i, ch in enumerate(expr) if ch in "+-*"]
+        i = rng.choice(ops)
+        return expr[:i] + rng.choice("+-*".replace(expr[i], "")) + expr[i + 1:]
+    if kind == 1:  # a number mistyped
+        k = rng.choice(sorted(nums))
+        return arith.TEMPLATES[t][1].format(**{**nums, k: mistype(nums[k], rng)})
+    keys = sorted(nums)  # two numbers swapped (brackets dropped when there are brackets)
+    if "(" in expr and rng.random() < 0.5:
+        return expr.replace("(", "").replace(")", "")
+    a, b = rng.sample(keys, 2)
+    return arith.TEMPLATES[t][1].format(**{**nums, a: nums[b], b: nums[a]})
+
+
+def mistype(x, rng):
+    """x with one digit changed (never x itself; never a leading zero)."""
+    s = str(x)
+    i = rng.randrange(len(s))
+    d = rng.choice([c for c in "0123456789" if c != s[i] and not (i == 0 and c == "0" and len(s) > 1)])
+    return int(s[:i] + d + s[i + 1:])
+
+
+def math_transcripts(n, seed, p_tool=0.5, p_trust=0.5, p_head=0.2):
+    """(messages, answer) pairs of the math workflow on arith train problems: the tool's program is right
+    with prob p_tool (else a plausible wrong one); the reasoner boxes the tool's output when it is right
+    (prob 0.8), and with prob p_trust when it is wrong; otherwise it 'computes in its head': right with
+    prob p_head, else a digit off. Some single-agent prompts (the reasoner alone, in its head)."""
+    import arith
+    import envs
+    rng = random.Random(seed)
+    for i in range(n):
+        env = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1)
+        t, nums = env.record["template"], env.record["numbers"]
+        right = arith.answer(t, nums)
+        expr = arith.expression(t, nums) if rng.random() < p_tool else wrong_program(t, nums, rng)
+        tool = f"print({expr})"
+        yield env.prompt("tool"), tool
+        out = str(int(eval(expr, {"__builtins__": {}})))  # our own expression: what the sandbox would print
+        env.tool_answer = out
+        head = str(right if rng.random() < p_head else mistype(right, rng))
+        ok = out == str(right)
+        yield env.prompt("reasoner"), f"\\boxed{{{out if rng.random() < (0.8 if ok else p_trust) else head}}}"
+        if rng.random() < 0.2:
+            single = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1, workflow="single")
+            yield single.prompt("reasoner"), f"\\boxed{{{str(right) if rng.random() < p_head else str(mistype(right, rng))}}}"
+
+
+def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, task="plan_path", log=print):
     """Supervised warm-up; loss only on answer and EOS tokens."""
     from rollout import encode_prompt
-    data = []
-    for msgs, ans in transcripts(steps * batch // 2 + 1000, size, seed, max_turns=max_turns):
+    data, n = [], steps * batch // 2 + 1000
+    for msgs, ans in (math_transcripts(n, seed) if task == "math" else
+                      transcripts(n, size, seed, max_turns=max_turns)):
         p = encode_prompt(tok, msgs)
         a = tok.encode(ans, add_special_tokens=False) + [tok.eos_token_id]
         data.append((p, a))
@@ -148,20 +219,22 @@ def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, log=pri
     model.eval()
 
 
-def build(out, sft_steps=100, size=5, seed=0, max_turns=2, log=print):
-    """Write tokenizer + model (+ warm-up) to `out` atomically; returns `out`."""
+def build(out, sft_steps=100, size=5, seed=0, max_turns=2, task="plan_path", log=print):
+    """Write tokenizer + model (+ warm-up on `task`: plan_path, or math for the arith miniature) to `out`
+    atomically; returns `out`."""
     t0 = time.time()
     if "OMP_NUM_THREADS" not in os.environ:  # honour a caller's thread cap (two jobs sharing 2 cores)
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    tok = build_tokenizer()
+    tok = build_tokenizer(task)
     model = build_model(tok, seed)
     if sft_steps > 0:
-        sft(model, tok, sft_steps, size, seed, max_turns=max_turns, log=log)
+        sft(model, tok, sft_steps, size, seed, max_turns=max_turns, task=task, log=log)
     tmp = f"{out}.tmp{os.getpid()}"
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     with open(os.path.join(tmp, "tiny.json"), "w") as f:
-        json.dump(dict(version=VERSION, sft_steps=sft_steps, size=size, seed=seed, max_turns=max_turns, build_s=round(time.time() - t0, 1)), f)
+        json.dump(dict(version=VERSION, task=task, sft_steps=sft_steps, size=size, seed=seed, max_turns=max_turns,
+                       build_s=round(time.time() - t0, 1)), f)
     if os.path.exists(out):
         raise FileExistsError(f"{out} exists; refusing to overwrite it")
     os.rename(tmp, out)
@@ -174,15 +247,17 @@ def ensure(out, args, log=print):
     """The demo model for a run's flags (`train.py --model tiny`): built into `out` on first use (the
     warm-up plays the run's plan_path size and turns); an existing build made by another recipe (an
     older tiny.py, other turns or warm-up) raises ValueError, since it would silently change the demo."""
+    task = "math" if args.task == "math" else "plan_path"  # other tasks get the plan_path warm-up
     if not os.path.isdir(out):
-        size = (args.size or 10) if args.task == "plan_path" else 4  # the warm-up only knows plan_path
-        return build(out, sft_steps=SFT_STEPS, size=size, seed=args.seed, max_turns=args.max_turns, log=log)
+        size = (args.size or 10) if args.task == "plan_path" else 4
+        return build(out, sft_steps=SFT_STEPS, size=size, seed=args.seed, max_turns=args.max_turns, task=task, log=log)
     try:
         with open(os.path.join(out, "tiny.json")) as f:
             got = json.load(f)
     except (OSError, ValueError):
         raise ValueError(f"{out} is not a tiny.py build (no readable tiny.json); remove it or pass --tiny_dir")
-    want = dict(version=VERSION, sft_steps=SFT_STEPS, max_turns=args.max_turns)
+    got.setdefault("task", "plan_path")  # builds from before the math warm-up
+    want = dict(version=VERSION, task=task, sft_steps=SFT_STEPS, max_turns=args.max_turns)
     bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     if bad:
         raise ValueError(f"{out} was built with other settings {bad} (found, wanted); remove it or pass another --tiny_dir")
@@ -196,5 +271,7 @@ if __name__ == "__main__":
     ap.add_argument("--size", type=int, default=5, help="plan_path grid size of the warm-up transcripts")
     ap.add_argument("--max_turns", type=int, default=2, help="turns per episode in the warm-up transcripts")
     ap.add_argument("--seed", type=int, default=0, help="seed of weights, data and warm-up order")
+    ap.add_argument("--task", default="plan_path", choices=("plan_path", "math"),
+                    help="warm-up transcripts: plan_path, or math on arith problems (the math miniature)")
     a = ap.parse_args()
-    build(a.out, a.sft_steps, a.size, a.seed, a.max_turns)
+    build(a.out, a.sft_steps, a.size, a.seed, a.max_turns, a.task)

@@ -1,0 +1,79 @@
+"""arith.py (the math miniature's problems) and its use by the math task: seeded, content-disjoint
+splits, answers right by an independent reading of the text, parseable by the math checker, and the
+reward predicate attacked.
+
+    python -m pytest -q test_arith.py
+"""
+import re
+
+import pytest
+
+import arith
+import data
+import envs
+import sandbox
+from task import split_of
+
+
+def by_reading(text):
+    """The answer from the problem's words alone (not arith's expressions): an independent oracle."""
+    n = list(map(int, re.findall(r"\d+", text)))
+    if "gives away" in text:
+        return n[0] * n[1] - n[2]
+    if "buys" in text:
+        return n[0] + n[1] * n[2]
+    if "a day for" in text:
+        return n[0] * n[1] + n[2]
+    if "grew" in text:
+        return (n[0] - n[1]) * n[2]
+    if "rows of" in text:
+        return n[0] * n[1] + n[2] * n[3]
+    raise AssertionError(f"unknown template: {text}")
+
+
+def test_seeded_and_varied():
+    a = [arith.problem("train", i) for i in range(300)]
+    assert a == [arith.problem("train", i) for i in range(300)]
+    assert len({p["problem"] for p in a}) == 300
+    assert {p["template"] for p in a} == set(range(len(arith.TEMPLATES)))
+    assert arith.problem("test", 7) != arith.problem("val", 7)
+    with pytest.raises(ValueError, match="split"):
+        arith.problem("dev", 0)
+
+
+def test_splits_disjoint_by_content():
+    key = lambda p: (p["template"], tuple(p["numbers"].values()))
+    seen = {s: {key(arith.problem(s, i)) for i in range(2000)} for s in ("train", "val", "test")}
+    assert not seen["train"] & seen["test"] and not seen["train"] & seen["val"] and not seen["val"] & seen["test"]
+    for s, keys in seen.items():
+        assert all(split_of(("arith",) + (t, nums)) == s for t, nums in keys)
+
+
+def test_answers_right_hard_to_guess_and_what_a_program_prints():
+    ps = [arith.problem("test", i) for i in range(400)]
+    for p in ps:
+        assert int(p["answer"]) == by_reading(p["problem"]) > 0
+        assert data.math_equal(p["answer"], p["answer"]) and data.extract_boxed(f"\\boxed{{{p['answer']}}}") == p["answer"]
+    assert sum(int(p["answer"]) >= 1000 for p in ps) > 0.7 * len(ps)  # multi-digit products: no mental arithmetic
+    progs = [(f"print({arith.expression(p['template'], p['numbers'])})", "") for p in ps[:50]]
+    outs = sandbox.run_many(progs)
+    assert [r.stdout.strip() for r in outs] == [p["answer"] for p in ps[:50]]
+
+
+def test_math_task_on_arith_and_its_reward_attacked():
+    env = envs.make("math", "test", 3, data="arith", max_turns=1)
+    assert envs.count("math", "test", data="arith") is None  # procedural: no wrap-around
+    ans = env.answer
+    # the tool: only the last printed line counts; a program that prints many candidates is wrong
+    spray = env.clone()
+    assert spray.step("tool", f"for k in range({int(ans) + 5}):\n    print(k)") == 0.0
+    tool = env.clone()
+    assert tool.step("tool", f"print({ans})") == 1.0 and tool.tool_answer == ans
+    # the reasoner: hedges, several boxes with a wrong last one, no box, a near miss: never a success
+    for forged in [f"\\boxed{{{ans}, {int(ans) + 1}}}", f"\\boxed{{{ans}}} \\boxed{{{int(ans) + 1}}}", ans,
+                   f"\\boxed{{{int(ans) + 1}}}", f"\\boxed{{{ans} or {int(ans) - 1}}}", ""]:
+        e = tool.clone()
+        e.step("reasoner", forged)
+        assert e.done and not e.success, forged
+    e = tool.clone()
+    assert e.step("reasoner", f"The tool says so: \\boxed{{{ans}}}") == 1.0 and e.success
