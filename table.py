@@ -1,22 +1,23 @@
-"""The paper's table in miniature: every regime trained and measured the same way, on the CPU demo.
+"""The paper's table in miniature: every regime trained and measured the same way, on a CPU demo.
 
-    python table.py                    # ~14 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
+    python table.py                    # ~17 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
+    python table.py --preset cpu-demo-math   # the math workflow's miniature (tool writes code, reasoner answers)
     python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look
 
 Rows (the paper's five, then two ablations), all from the same warm-started tiny model, the same
 seed, the same step budget and problems/step, measured by eval.py on the same held-out test problems
-(greedy team success):
-    single agent                 the planner alone (--workflow single), untrained
-    single agent + GRPO          the planner alone, plain GRPO (--sampling parallel: K episodes per
+(team success by eval.py's protocol for the task: greedy, or avg@5 at T=0.6 for math):
+    single agent                 the deciding role alone (--workflow single), untrained
+    single agent + GRPO          the deciding role alone, plain GRPO (--sampling parallel: K episodes per
                                  problem, groups per problem), same step budget
     MAS, untrained               tool agent + planner, untrained
     MAS + AT-GRPO shared         tree sampling, one policy for both roles
     MAS + AT-GRPO per-role       tree sampling, one policy per role
     ablation: parallel sampling  per-role, but K independent episodes instead of tree sampling
-    ablation: roles swapped      the per-role run's tool model serves the planner and vice versa
+    ablation: roles swapped      the per-role run's first role's model serves the second and vice versa
 and, first, the floor: the success of uniformly random answers (envs.random_floor) on the same problems.
-Each training is a `train.py --preset cpu-demo` process and each evaluation an `eval.py --preset
-cpu-demo` process, exactly as a user runs them (the preset is the one source of the demo's settings).
+Each training is a `train.py --preset P` process and each evaluation an `eval.py --preset P` process,
+exactly as a user runs them (the preset, cpu-demo or cpu-demo-math, is the one source of the settings).
 Finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted table resumes
 where it stopped; a directory holding a table made with other settings is refused, never mixed in.
 The step budget (60) is what fits the 30-minute bar: the parallel-sampling ablation costs ~2.5x a
@@ -33,8 +34,6 @@ import envs
 from common import PRESETS, Parser, die, latest_checkpoint, make_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PRESET = "cpu-demo"
-DEMO = PRESETS[PRESET]
 # (row, training flags or None for untrained, eval flags)
 ROWS = [
     ("single agent", None, ["--workflow", "single"]),
@@ -60,9 +59,9 @@ def slug(name):
     return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
 
 
-def check_settings(a):
+def check_settings(a, settings):
     """Pieces are reused by name, so a directory must hold ONE table's settings: refuse others."""
-    want = json.loads(json.dumps({**DEMO, "steps": a.steps, "eval_n": a.eval_n, "seed": a.seed, "tiny_dir": a.tiny_dir}))
+    want = json.loads(json.dumps({**settings, "steps": a.steps, "eval_n": a.eval_n, "seed": a.seed, "tiny_dir": a.tiny_dir}))
     path = os.path.join(a.out_dir, "table-settings.json")
     if os.path.exists(path):
         have = json.load(open(path))
@@ -79,18 +78,27 @@ def check_settings(a):
 
 def main(argv=None):
     ap = Parser(description="The paper's table in miniature (CPU demo). See the docstring.")
+    ap.add_argument("--preset", default="cpu-demo", choices=("cpu-demo", "cpu-demo-math"),
+                    help="the demo whose settings every row uses (plan_path, or the math workflow)")
     ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
     ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
     ap.add_argument("--seed", type=int, default=0, help="seed of every run")
-    ap.add_argument("--out_dir", default="runs/table", help="runs, eval JSONs, logs and table.json go here")
-    ap.add_argument("--tiny_dir", default="tiny-model", help="the warm-started demo model (built if absent)")
+    ap.add_argument("--out_dir", default=None, help="runs, eval JSONs, logs and table.json go here "
+                                                  "(default runs/table, runs/table-math for cpu-demo-math)")
+    ap.add_argument("--tiny_dir", default=None, help="the warm-started demo model (built if absent; default: "
+                                                    "the preset's, tiny-model or tiny-model-math)")
     a = ap.parse_args(argv)
     if a.steps <= 0 or a.eval_n <= 0:
         die("--steps and --eval_n must be positive")
-    check_settings(a)
+    preset, settings = a.preset, PRESETS[a.preset]
+    a.out_dir = a.out_dir or ("runs/table" if preset == "cpu-demo" else "runs/table-math")
+    a.tiny_dir = a.tiny_dir or settings.get("tiny_dir", "tiny-model")
+    demo = argparse.Namespace(**settings)  # the preset's task options, picked by the task class as train.py does
+    first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
+    check_settings(a, settings)
     log, t0 = os.path.join(a.out_dir, "log.txt"), time.time()
     py = sys.executable
-    common = ["--preset", PRESET, "--seed", str(a.seed)]
+    common = ["--preset", preset, "--seed", str(a.seed)]
     train_flags = ["--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1", "--eval_n", "0"]
     for name, tflags, _ in ROWS:  # train every row (unless its final checkpoint exists), one process each
         run_dir = os.path.join(a.out_dir, slug(name))
@@ -107,7 +115,7 @@ def main(argv=None):
         if isinstance(tflags, list):
             model = ["--model", ck]
         elif isinstance(tflags, str):  # swap the roles of a trained per-role run
-            model, eflags = ["--model", ck, "--role_model", f"tool={ck}/planner", "--role_model", f"planner={ck}/tool"], []
+            model, eflags = ["--model", ck, "--role_model", f"{first}={ck}/{second}", "--role_model", f"{second}={ck}/{first}"], []
         else:
             model = ["--model", a.tiny_dir]
         out = os.path.join(a.out_dir, f"eval-{slug(name)}.json")
@@ -118,16 +126,15 @@ def main(argv=None):
                      **{k: v for k, v in r.items() if k.startswith("reward/")}})
         print(f"{name:40s} {100 * r['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
-    demo = argparse.Namespace(**DEMO)  # the preset's task options, picked by the task class as train.py does
     floor = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=a.seed)
     rows.insert(0, {"row": "uniformly random answers (floor)", **floor})
     print(f"{rows[0]['row']:40s} {100 * floor['success']:5.1f}%", flush=True)
     res = {"rows": rows, "steps": a.steps, "eval_n": a.eval_n, "seed": a.seed, "wall_s": round(time.time() - t0, 1),
-           "settings": {**DEMO, "steps": a.steps}}
+           "settings": {**settings, "steps": a.steps}}
     with open(os.path.join(a.out_dir, "table.json"), "w") as f:
         json.dump(res, f, indent=1)
-    print(f"\n{DEMO['task']} {DEMO['size']}x{DEMO['size']}, {a.steps} steps, seed {a.seed}, "
-          f"{a.eval_n} test problems, greedy; wall {res['wall_s']:.0f} s\n")
+    print(f"\n{preset} ({settings['task']}), {a.steps} steps, seed {a.seed}, {a.eval_n} test problems, "
+          f"eval.py's protocol; wall {res['wall_s']:.0f} s\n")
     print("| method | success | turns |\n|---|---|---|")
     for r in rows:
         print(f"| {r['row']} | {100 * r['success']:.1f}% | {r['turns']:.2f} |")

@@ -71,6 +71,12 @@ class Math(Task):
             self.end_turn(agree or self.workflow == "single")
         return float(right), (-1.0 if ans is None else 0.0)
 
+    def random_answer(self, role, rng):
+        """A uniformly random integer answer below 10,000 (the table's floor): the tool prints it, the
+        reasoner boxes it."""
+        k = rng.randrange(10_000)
+        return f"print({k})" if role == "tool" else f"\\boxed{{{k}}}"
+
     def reference(self, role):
         return f"```python\nprint({self.answer!r})\n```" if role == "tool" else f"\\boxed{{{self.answer}}}"
 

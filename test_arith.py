@@ -77,3 +77,10 @@ def test_math_task_on_arith_and_its_reward_attacked():
         assert e.done and not e.success, forged
     e = tool.clone()
     assert e.step("reasoner", f"The tool says so: \\boxed{{{ans}}}") == 1.0 and e.success
+
+
+def test_random_floor_is_near_zero():
+    """The table's floor for the math miniature: uniformly random integers (run as a program by the tool,
+    boxed by the reasoner) almost never answer a held-out problem."""
+    floor = envs.random_floor(lambda i: envs.make("math", "test", i, data="arith", max_turns=1), 100, seed=0)
+    assert floor["turns"] == 1.0 and floor["success"] <= 0.02

@@ -19,16 +19,16 @@ def args(d, **kw):
 def test_same_settings_resume_other_settings_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(table, "sh", lambda *a: pytest.fail("trained although the settings differ"))
     d = tmp_path / "t"
-    table.check_settings(args(d))                      # a fresh table writes its settings
+    table.check_settings(args(d), table.PRESETS["cpu-demo"])                      # a fresh table writes its settings
     (d / "eval-x.json").write_text("{}")               # a finished piece
-    table.check_settings(args(d))                      # the same settings: resumes
+    table.check_settings(args(d), table.PRESETS["cpu-demo"])                      # the same settings: resumes
     before = (d / "table-settings.json").read_text()
     with pytest.raises(SystemExit) as e:
         table.main(["--out_dir", str(d), "--steps", "7"])  # another step budget: refused before any work
     assert e.value.code == 2
     assert "steps: 60" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        table.check_settings(args(d, eval_n=50))
+        table.check_settings(args(d, eval_n=50), table.PRESETS["cpu-demo"])
     assert "eval_n: 200" in capsys.readouterr().err
     assert (d / "table-settings.json").read_text() == before and json.loads(before)["steps"] == 60
     assert sorted(os.listdir(d)) == ["eval-x.json", "table-settings.json"]
@@ -37,7 +37,7 @@ def test_same_settings_resume_other_settings_refused(tmp_path, capsys, monkeypat
 def test_foreign_nonempty_dir_refused(tmp_path):
     (tmp_path / "table.json").write_text("{}")        # e.g. made by an older table.py
     with pytest.raises(SystemExit):
-        table.check_settings(args(tmp_path))
+        table.check_settings(args(tmp_path), table.PRESETS["cpu-demo"])
     assert not (tmp_path / "table-settings.json").exists()
 
 

@@ -9,8 +9,14 @@ multi-agent protocol (tool agent proposes moves; planner keeps a proposal that s
 own moves), made by the BFS solver with deliberate noise, so RL starts from a weak but non-zero
 policy. Warm-up problems come from the train split (offset 5,000,000): splits are disjoint by content
 (envs.split_of), so no state of a held-out map is ever in the warm-up.
+With --task math (the math miniature, arith.py's word problems) the tokenizer learns the math prompts'
+words (digits stay single tokens) and the transcripts are the math workflow's: the tool agent's program
+is right 30% of the time, makes its template's one misreading 50% (else another plausible wrong
+expression), the reasoner boxes a right tool output 80% of the time, a wrong one half the time, else
+"computes in its head" (right 20% of the time).
 
     python tiny.py --out tiny-model                  # demo model (about 2 minutes on 2 cores)
+    python tiny.py --out tiny-model-math --task math # math miniature's model (about 5 minutes)
     python tiny.py --out /tmp/t --sft_steps 0        # untrained model for tests (1 s)
 """
 import argparse
@@ -26,7 +32,10 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SFT_OFFSET = 5_000_000
 VERSION = 4  # bump when the tokenizer or warm-up recipe changes: ensure() refuses an older build
-SFT_STEPS = 100  # the demo model's warm-up
+# the demo models' warm-up, per task: math must learn to copy numbers from the prompt, which a model this
+# small picks up only after ~300 steps at a higher lr (the loss sits at ln(10) per digit until then)
+SFT_STEPS = {"plan_path": 100, "math": 600}
+SFT_LR = {"plan_path": 2e-3, "math": 3e-3}
 
 
 def corpus(task="plan_path"):
@@ -162,11 +171,17 @@ def mistype(x, rng):
     return int(s[:i] + d + s[i + 1:])
 
 
-def math_transcripts(n, seed, p_tool=0.5, p_trust=0.5, p_head=0.2):
+# one systematic misreading per template (arith.TEMPLATES order): the warm-up's tool makes it more often
+# than it writes the right expression, so the warmed-up policy starts below half and RL has a clear job
+CONFUSIONS = ["{a} * {b} + {c}", "({a} + {b}) * {c}", "{a} + {b} + {c}", "{a} - {b} * {c}", "{a} * {b} + {c} + {d}"]
+
+
+def math_transcripts(n, seed, p_tool=0.3, p_confused=0.5, p_trust=0.5, p_head=0.2):
     """(messages, answer) pairs of the math workflow on arith train problems: the tool's program is right
-    with prob p_tool (else a plausible wrong one); the reasoner boxes the tool's output when it is right
-    (prob 0.8), and with prob p_trust when it is wrong; otherwise it 'computes in its head': right with
-    prob p_head, else a digit off. Some single-agent prompts (the reasoner alone, in its head)."""
+    with prob p_tool, the template's misreading (CONFUSIONS) with prob p_confused, else another plausible
+    wrong one; the reasoner boxes the tool's output when it is right (prob 0.8), and with prob p_trust
+    when it is wrong; otherwise it 'computes in its head': right with prob p_head, else a digit off. Some
+    single-agent prompts (the reasoner alone, in its head)."""
     import arith
     import envs
     rng = random.Random(seed)
@@ -174,7 +189,9 @@ def math_transcripts(n, seed, p_tool=0.5, p_trust=0.5, p_head=0.2):
         env = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1)
         t, nums = env.record["template"], env.record["numbers"]
         right = arith.answer(t, nums)
-        expr = arith.expression(t, nums) if rng.random() < p_tool else wrong_program(t, nums, rng)
+        u = rng.random()
+        expr = (arith.expression(t, nums) if u < p_tool else CONFUSIONS[t].format(**nums) if u < p_tool + p_confused
+                else wrong_program(t, nums, rng))
         tool = f"print({expr})"
         yield env.prompt("tool"), tool
         out = str(int(eval(expr, {"__builtins__": {}})))  # our own expression: what the sandbox would print
@@ -219,16 +236,17 @@ def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, task="p
     model.eval()
 
 
-def build(out, sft_steps=100, size=5, seed=0, max_turns=2, task="plan_path", log=print):
+def build(out, sft_steps=None, size=5, seed=0, max_turns=2, task="plan_path", log=print):
     """Write tokenizer + model (+ warm-up on `task`: plan_path, or math for the arith miniature) to `out`
     atomically; returns `out`."""
     t0 = time.time()
     if "OMP_NUM_THREADS" not in os.environ:  # honour a caller's thread cap (two jobs sharing 2 cores)
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    sft_steps = SFT_STEPS[task] if sft_steps is None else sft_steps
     tok = build_tokenizer(task)
     model = build_model(tok, seed)
     if sft_steps > 0:
-        sft(model, tok, sft_steps, size, seed, max_turns=max_turns, task=task, log=log)
+        sft(model, tok, sft_steps, size, seed, lr=SFT_LR[task], max_turns=max_turns, task=task, log=log)
     tmp = f"{out}.tmp{os.getpid()}"
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
@@ -250,14 +268,16 @@ def ensure(out, args, log=print):
     task = "math" if args.task == "math" else "plan_path"  # other tasks get the plan_path warm-up
     if not os.path.isdir(out):
         size = (args.size or 10) if args.task == "plan_path" else 4
-        return build(out, sft_steps=SFT_STEPS, size=size, seed=args.seed, max_turns=args.max_turns, task=task, log=log)
+        return build(out, sft_steps=SFT_STEPS[task], size=size, seed=args.seed, max_turns=args.max_turns, task=task, log=log)
     try:
         with open(os.path.join(out, "tiny.json")) as f:
             got = json.load(f)
     except (OSError, ValueError):
         raise ValueError(f"{out} is not a tiny.py build (no readable tiny.json); remove it or pass --tiny_dir")
     got.setdefault("task", "plan_path")  # builds from before the math warm-up
-    want = dict(version=VERSION, task=task, sft_steps=SFT_STEPS, max_turns=args.max_turns)
+    want = dict(version=VERSION, task=task, sft_steps=SFT_STEPS[task])
+    if task == "plan_path":  # its transcripts play the run's turns; math's are one turn whatever the run
+        want["max_turns"] = args.max_turns
     bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     if bad:
         raise ValueError(f"{out} was built with other settings {bad} (found, wanted); remove it or pass another --tiny_dir")
@@ -267,7 +287,8 @@ def ensure(out, args, log=print):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory to write (must not exist)")
-    ap.add_argument("--sft_steps", type=int, default=SFT_STEPS, help="supervised warm-up steps (0: untrained)")
+    ap.add_argument("--sft_steps", type=int, default=None,
+                    help=f"supervised warm-up steps (0: untrained; default per task: {SFT_STEPS})")
     ap.add_argument("--size", type=int, default=5, help="plan_path grid size of the warm-up transcripts")
     ap.add_argument("--max_turns", type=int, default=2, help="turns per episode in the warm-up transcripts")
     ap.add_argument("--seed", type=int, default=0, help="seed of weights, data and warm-up order")
