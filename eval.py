@@ -111,7 +111,8 @@ def main(argv=None):
     A("--n", type=int, default=200, help="problems")
     A("--samples", type=int, default=None,
       help="episodes per problem (avg@S and pass@S); default: the task's protocol (rollout.eval_protocol: 5 for math, else 1)")
-    A("--temperature", type=float, default=None,
+    # its own dest: a preset's `temperature` is the TRAINING sampling temperature and must not set this one
+    A("--temperature", dest="eval_temperature", type=float, default=None,
       help="0 = greedy; default: the task's protocol, as the paper (0.6 for math, greedy for games, planning and code)")
     A("--json", default=None, help="write the results (with every setting) to this file")
     args = parse_args(ap, argv)
@@ -121,7 +122,8 @@ def main(argv=None):
         die("--model is required")
     proto = rollout.eval_protocol(args.task)  # train.py --eval_n uses the same
     args.samples = proto["samples"] if args.samples is None else args.samples
-    args.temperature = proto["temperature"] if args.temperature is None else args.temperature
+    args.temperature = proto["temperature"] if args.eval_temperature is None else args.eval_temperature
+    del args.eval_temperature
     if args.n <= 0 or args.samples <= 0 or args.temperature < 0:
         die("--n and --samples must be positive, --temperature >= 0")
     args.n = min(args.n, problem_count(args, args.split) or args.n)  # a dataset holds only so many problems

@@ -84,3 +84,15 @@ def test_bad_input(tmp_path, ckpt, other_shape):
     assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr
     p = run(["--plot", str(tmp_path)])
     assert p.returncode == 2 and "metrics.jsonl" in p.stderr
+
+
+@pytest.mark.parametrize("preset, want", [("cpu-demo", (1, 0.0)), ("cpu-demo-math", (5, 0.6))])
+def test_a_preset_evaluates_by_the_task_protocol(tiny_dir, tmp_path, preset, want):
+    """A preset's `temperature` is the training sampling temperature (1.0): eval.py --preset must still
+    evaluate by the task's protocol (greedy for games; avg@5 at T=0.6 for math), unless told otherwise."""
+    j = str(tmp_path / "e.json")
+    run(["--preset", preset, "--model", tiny_dir, "--engine", "hf", "--n", "1", "--json", j])
+    s = json.load(open(j))["settings"]
+    assert (s["samples"], s["temperature"]) == want
+    run(["--preset", preset, "--model", tiny_dir, "--engine", "hf", "--n", "1", "--temperature", "0.3", "--json", j])
+    assert json.load(open(j))["settings"]["temperature"] == 0.3
