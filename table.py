@@ -1,7 +1,7 @@
 """The paper's table in miniature: every regime trained and measured the same way, on a CPU demo.
 
-    python table.py                    # ~17 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
-    python table.py --preset cpu-demo-math   # the math workflow's miniature (tool writes code, reasoner answers)
+    python table.py                    # ~13 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
+    python table.py --preset cpu-demo-math   # ~12 min: the math workflow (tool writes code, reasoner answers)
     python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look
 
 Rows (the paper's five, then two ablations), all from the same warm-started tiny model, the same
