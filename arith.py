@@ -35,9 +35,14 @@ def expression(t, nums):
     return TEMPLATES[t][1].format(**nums)
 
 
+def value(expr):
+    """The integer an expression of ours evaluates to (templates, the warm-up's misreadings): our own text
+    over ints, never model output, so eval with no names is exact integer arithmetic."""
+    return int(eval(expr, {"__builtins__": {}}))  # noqa: S307 (trusted text)
+
+
 def answer(t, nums):
-    # the expressions are our own constants over ints: eval with no names is exact integer arithmetic
-    return int(eval(expression(t, nums), {"__builtins__": {}}))  # noqa: S307 (trusted text, no model output)
+    return value(expression(t, nums))
 
 
 def draw(split, index):

@@ -59,7 +59,7 @@ HUMANEVAL_SPLIT = {0: "test", 1: "val"}  # HumanEval/n by n % 5; the rest is tra
 LCB_RELEASE = 5  # LiveCodeBench release_v5: test.jsonl ... test5.jsonl (880 problems)
 VERIFY_TIMEOUT = 3  # seconds for each math_verify parse/compare
 # math_verify helper processes at most (made on demand; each holds sympy, ~100 MB): one per core, up to 8
-VERIFY_HELPERS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+VERIFY_HELPERS = min(8, sandbox.CORES)
 
 
 def _check_split(split):

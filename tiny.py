@@ -141,7 +141,7 @@ def wrong_program(t, nums, rng):
     right = arith.answer(t, nums)
     while True:
         expr = _wrong(t, nums, rng)
-        if int(eval(expr, {"__builtins__": {}})) != right:  # our own text, no model output
+        if arith.value(expr) != right:
             return expr
 
 
@@ -194,7 +194,7 @@ def math_transcripts(n, seed, p_tool=0.3, p_confused=0.5, p_trust=0.5, p_head=0.
                 else wrong_program(t, nums, rng))
         tool = f"print({expr})"
         yield env.prompt("tool"), tool
-        out = str(int(eval(expr, {"__builtins__": {}})))  # our own expression: what the sandbox would print
+        out = str(arith.value(expr))  # what the sandbox would print
         env.tool_answer = out
         head = str(right if rng.random() < p_head else mistype(right, rng))
         ok = out == str(right)
