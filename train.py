@@ -46,6 +46,12 @@ def get_args(argv=None):
     A("--policies", default="shared", choices=("shared", "per-role"),
       help="shared (one model for every role) or per-role (one model per role)")
     A("--model", default="Qwen/Qwen3-1.7B", help="hub id or local directory; 'tiny' = the demo model in --tiny_dir")
+    A("--lora_rank", type=int, default=0, help="0: full fine-tuning; R > 0: train a rank-R LoRA adapter per policy "
+      "(per-role: one per role) over ONE frozen base; only adapters are pushed to the engine")
+    A("--lora_alpha", type=float, default=None, help="LoRA scale numerator (scale = alpha / rank); default 2 x rank")
+    A("--lora_targets", default="all-linear",
+      help="modules that get adapters: all-linear (every linear layer of the decoder, not lm_head) or a comma list, "
+           "e.g. q_proj,v_proj")
     A("--tiny_dir", default="tiny-model", help="where --model tiny lives (tiny.py builds it on first use)")
     A("--steps", type=int, default=200, help="training steps")
     A("--K", type=int, default=8, help="branches per (problem, turn, role) group")
@@ -89,6 +95,9 @@ def get_args(argv=None):
     for flag in ("steps", "problems", "mini_batches", "micro_tokens", "env_workers"):
         if getattr(args, flag) <= 0:
             die(f"--{flag} must be positive, got {getattr(args, flag)}")
+    if args.lora_rank < 0 or args.lora_rank > 512:
+        die(f"--lora_rank must be in 0..512, got {args.lora_rank}")
+    args.lora_alpha = 2.0 * args.lora_rank if args.lora_alpha is None else args.lora_alpha
     if args.temperature <= 0:
         die(f"--temperature must be > 0 for training, got {args.temperature}")
     if args.model != "tiny" and not os.path.isdir(args.model):
@@ -110,8 +119,26 @@ def get_args(argv=None):
 
 def load_policies(args, model_dir, names, ckpt, device, mesh):
     """{name: Policy}: each from the checkpoint when resuming, else from the model. Under FSDP the
-    trainer keeps fp32 master weights; the frozen reference (--kl_coef) is replicated, no collectives."""
+    trainer keeps fp32 master weights; the frozen reference (--kl_coef) is replicated, no collectives.
+    With --lora_rank: ONE base (from --model, also when resuming) and one adapter per name."""
     dtype = getattr(torch, args.dtype)
+    if args.lora_rank:
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if args.fsdp else dtype).to(device).eval()
+        if args.grad_ckpt:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        targets = args.lora_targets if args.lora_targets == "all-linear" else args.lora_targets.split(",")
+        try:
+            pm = P.lora_model(base, names, args.lora_rank, args.lora_alpha, targets,
+                               os.path.abspath(model_dir) if os.path.isdir(model_dir) else model_dir)
+        except ValueError as e:  # e.g. a target module the model does not have
+            die(f"--lora_targets {args.lora_targets}: {str(e).splitlines()[0]}")
+        for name in names if ckpt else ():
+            P.load_adapter_weights(pm, name, os.path.join(ckpt, name))
+        net = P.LogProbs(base)
+        if mesh is not None:
+            P.shard(net, mesh, args.dtype == "bfloat16")
+        return {name: P.Policy(name, base, args.lr, args.weight_decay, args.warmup, args.steps, args.lr_schedule,
+                               mesh=mesh, peft=pm, net=net) for name in names}
     policies = {}
     for name in names:
         src = os.path.join(ckpt, name) if ckpt else model_dir
@@ -123,11 +150,16 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
 
 
 def push_weights(engine, sampler, policies, dtype, replicas, world):
-    """New weights to the engine, at a point every rank reaches. One policy streams straight in, a tensor
-    at a time. Per-role, the sampler pulls each policy right before its role generates, and ranks reach
+    """New weights to the engine, at a point every rank reaches. With LoRA only the adapters move (all of
+    them, every rank in the same order: under FSDP each tensor is gathered). One policy streams straight
+    in, a tensor at a time. Per-role, the sampler pulls each policy right before its role generates, and ranks reach
     those pulls differently (their episodes end at different turns): under FSDP a pull would be a
     collective and hang, so with several ranks each policy's full weights are gathered here, all ranks
     together, into a per-rank copy in the engine's dtype (`replicas`) that the pulls read."""
+    if sampler.weights is None:
+        for name, policy in policies.items():
+            engine.load_adapter(name, policy.engine_weights(dtype), policy.lora_config)
+        return
     if len(policies) == 1:
         (name, policy), = policies.items()
         engine.load_weights(policy.engine_weights(dtype))
@@ -304,9 +336,10 @@ def main(argv=None):
     engine = rollout.make_engine(args.engine, model_dir, device=args.device, dtype=args.dtype, seed=args.seed + rank,
                                  max_model_len=max_prompt_tokens + args.max_tokens,
                                  gpu_memory_utilization=args.gpu_memory_utilization, distributed=launched,
-                                 sleep_mode=bool(args.sleep))
+                                 sleep_mode=bool(args.sleep), lora_rank=args.lora_rank, max_loras=len(policies))
     replicas = {}  # per-role under FSDP with several ranks: see push_weights
     sampler = rollout.Sampler(engine, tok, lambda role: P.route(role, args.policies),
+                              None if args.lora_rank else  # LoRA: adapters live in the engine, nothing to pull
                               lambda name: replicas[name] if name in replicas else policies[name].engine_weights(dtype))
     push_weights(engine, sampler, policies, dtype, replicas, world)  # the engine started from --model; a resumed policy differs
 
