@@ -7,7 +7,12 @@ same envs, same engines, no tree sampling, no learning.
     python -m pytest -q test_eval.py
 
 --model may be a plain model directory, or a checkpoint directory written by train.py holding one
-sub-directory per policy (tool/, planner/ or shared/): each role then finds its own model.
+sub-directory per policy (tool/, planner/ or shared/): each role then finds its own model. A role's
+model may be a peft LoRA adapter directory (train.py --lora_rank): the engine then serves the adapters'
+base (adapter_config.json names it; --base overrides) with every adapter loaded at once, and a role given
+the base model itself samples without one.
+    python eval.py --preset cpu-demo --model runs/lora/ckpt-000200                  # adapters of a LoRA run
+    python eval.py --merge runs/lora/ckpt-000200/planner --out planner-merged       # adapter -> full HF model
 Reports team success (pass@1 for one sample; avg@S and pass@S for S samples per problem), per-role mean
 reward, mean turns, tokens generated and wall time; --json writes them with every setting used.
 """
@@ -17,7 +22,7 @@ import sys
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 import rollout
 from common import Parser, add_common_args, die, make_env, parse_args, problem_count
@@ -39,8 +44,39 @@ def resolve_models(model, role_models, roles):
             die(f"--role_model {spec!r}: expected ROLE=PATH with ROLE in {roles}")
         out[role] = path
     for r, p in out.items():
-        if not os.path.isfile(os.path.join(p, "config.json")):
-            die(f"model for role {r!r} not found: {p} has no config.json")
+        if not (os.path.isfile(os.path.join(p, "config.json")) or is_adapter(p)):
+            die(f"model for role {r!r} not found: {p} has no config.json (nor adapter_config.json)")
+    return out
+
+
+def is_adapter(path):
+    return os.path.isfile(os.path.join(path, "adapter_config.json"))
+
+
+def adapter_base(adapter_dirs, base=None):
+    """The one base model of these adapters: --base, else what their adapter_config.json names."""
+    named = {json.load(open(os.path.join(d, "adapter_config.json"))).get("base_model_name_or_path") for d in adapter_dirs}
+    if base is None and len(named) != 1:
+        die(f"the adapters name different base models {sorted(map(str, named))} (one engine serves one base); pass --base")
+    base = base or named.pop()
+    if not base or not os.path.isfile(os.path.join(base, "config.json")):
+        die(f"the adapters' base model {base!r} is not a local model directory; pass --base DIR")
+    return base
+
+
+def merge(adapter_dir, out, base=None):
+    """A LoRA adapter folded into its base: a full Hugging Face model directory (serve it anywhere)."""
+    from peft import PeftModel
+    if not is_adapter(adapter_dir):
+        die(f"--merge {adapter_dir}: not a peft adapter directory (no adapter_config.json)")
+    if os.path.exists(out):
+        die(f"--out {out} already exists; choose another directory")
+    base = adapter_base([adapter_dir], base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    merged.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    print(f"wrote {out} ({base} + {adapter_dir})")
     return out
 
 
@@ -56,6 +92,8 @@ def run_eval(args):
     torch.manual_seed(args.seed)
     roles = make_env(args, args.split, 0).roles
     dirs = resolve_models(args.model, args.role_model, roles)
+    if any(is_adapter(d) for d in dirs.values()):
+        return run_eval_adapters(args, roles, dirs, t0)
     names = sorted(set(dirs.values()))
     models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, args.dtype)).eval() for d in names}
     tok = AutoTokenizer.from_pretrained(dirs[roles[0]])
@@ -67,6 +105,32 @@ def run_eval(args):
     engine = rollout.make_engine(args.engine, names[0], device=args.device, dtype=args.dtype, seed=args.seed,
                                  max_model_len=min(context, args.max_prompt_tokens + args.max_tokens))
     sampler = rollout.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
+    return finish(args, sampler, context, dirs, t0)
+
+
+def run_eval_adapters(args, roles, dirs, t0):
+    """LoRA adapters: one engine holds their base and every adapter; roles given the base use none."""
+    from peft import LoraConfig
+    from safetensors.torch import load_file
+    adapters = sorted({d for d in dirs.values() if is_adapter(d)})
+    base = adapter_base(adapters, args.base)
+    for r, d in dirs.items():
+        if not is_adapter(d) and os.path.realpath(d) != os.path.realpath(base):
+            die(f"role {r!r} is served by the full model {d}, the others by adapters on {base}: one engine "
+                "serves one base (merge the adapters with --merge, or give that role the base)")
+    configs = {d: LoraConfig.from_pretrained(d) for d in adapters}
+    context = getattr(AutoConfig.from_pretrained(base), "max_position_embeddings", 4096)
+    engine = rollout.make_engine(args.engine, base, device=args.device, dtype=args.dtype, seed=args.seed,
+                                 max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
+                                 lora_rank=max(c.r for c in configs.values()), max_loras=len(adapters))
+    for d in adapters:
+        engine.load_adapter(d, load_file(os.path.join(d, "adapter_model.safetensors")).items(), configs[d])
+    tok = AutoTokenizer.from_pretrained(base)
+    sampler = rollout.Sampler(engine, tok, lambda role: dirs[role] if is_adapter(dirs[role]) else None, None)
+    return finish(args, sampler, context, {**dirs, "base": base}, t0)
+
+
+def finish(args, sampler, context, dirs, t0):
     # seeded on its own: train.py's evaluation of the same weights with the same seed gives these numbers
     res = rollout.evaluate(lambda i: make_env(args, args.split, i), args.n, sampler, args.temperature, args.max_tokens,
                            args.samples, min(args.max_prompt_tokens, context - args.max_tokens), seed=args.seed)
@@ -106,7 +170,10 @@ def main(argv=None):
     A("--plot", default=None, help="run directory: draw its metrics.jsonl curves to curves.png and exit")
     add_common_args(ap)
     A("--model", default=None, help="model dir, or a train.py checkpoint dir with one sub-dir per policy")
-    A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model (repeatable)")
+    A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model or adapter (repeatable)")
+    A("--base", default=None, help="the base model of LoRA adapters (default: the one their adapter_config.json names)")
+    A("--merge", default=None, help="adapter dir: merge it into its base, write a full HF model to --out, and exit")
+    A("--out", default=None, help="where --merge writes (default: ADAPTER_DIR-merged)")
     A("--split", default="test", choices=("train", "val", "test"), help="which problems")
     A("--n", type=int, default=200, help="problems")
     A("--samples", type=int, default=None,
@@ -118,6 +185,8 @@ def main(argv=None):
     args = parse_args(ap, argv)
     if args.plot:
         return plot(args.plot)
+    if args.merge:
+        return merge(args.merge.rstrip("/"), args.out or args.merge.rstrip("/") + "-merged", args.base)
     if args.model is None:
         die("--model is required")
     proto = rollout.eval_protocol(args.task)  # train.py --eval_n uses the same

@@ -80,16 +80,20 @@ def is_dtensor(t):
     return isinstance(t, DTensor)
 
 
-def lora_model(model, names, rank, alpha, targets, base_name):
+def lora_model(model, names, rank, alpha, targets, base_name, seed=0):
     """Wrap `model` (frozen from now on) with one LoRA adapter per policy name. B = 0 at the start (peft's
     init), so every adapter starts as the base model. targets: "all-linear" (every linear layer of the
-    decoder, not lm_head) or a list of module names."""
+    decoder, not lm_head) or a list of module names. A's random init is drawn from its own seed, on the
+    CPU (call this before moving the model): every rank of a run draws the same A (FSDP shards ONE
+    tensor), whatever the world size, and the caller's RNG streams do not move."""
     from peft import LoraConfig, get_peft_model
     cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
                      base_model_name_or_path=base_name)
-    pm = get_peft_model(model, cfg, adapter_name=names[0])
-    for n in names[1:]:
-        pm.add_adapter(n, cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        pm = get_peft_model(model, cfg, adapter_name=names[0])
+        for n in names[1:]:
+            pm.add_adapter(n, cfg)
     for n, p in pm.named_parameters():  # the base frozen, every adapter trainable, always (FSDP sees one set)
         p.requires_grad_(".lora_" in n)
     return pm

@@ -104,7 +104,7 @@ class VLLMEngine:
         """Replace policy `name`'s adapter: (name, tensor) pairs in peft's file format + its LoraConfig."""
         from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
-        d = os.path.join(self._lora_dir, f"{name}-{self._next_id}")
+        d = os.path.join(self._lora_dir, str(self._next_id))  # (name may be a path: eval.py names adapters so)
         os.makedirs(d)
         config.save_pretrained(d)
         save_file({k: v.contiguous().cpu() for k, v in weights}, os.path.join(d, "adapter_model.safetensors"))

@@ -123,17 +123,18 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
     With --lora_rank: ONE base (from --model, also when resuming) and one adapter per name."""
     dtype = getattr(torch, args.dtype)
     if args.lora_rank:
-        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if args.fsdp else dtype).to(device).eval()
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if args.fsdp else dtype).eval()
         if args.grad_ckpt:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         targets = args.lora_targets if args.lora_targets == "all-linear" else args.lora_targets.split(",")
         try:
             pm = P.lora_model(base, names, args.lora_rank, args.lora_alpha, targets,
-                               os.path.abspath(model_dir) if os.path.isdir(model_dir) else model_dir)
+                               os.path.abspath(model_dir) if os.path.isdir(model_dir) else model_dir, seed=args.seed)
         except ValueError as e:  # e.g. a target module the model does not have
             die(f"--lora_targets {args.lora_targets}: {str(e).splitlines()[0]}")
         for name in names if ckpt else ():
             P.load_adapter_weights(pm, name, os.path.join(ckpt, name))
+        pm.to(device)
         net = P.LogProbs(base)
         if mesh is not None:
             P.shard(net, mesh, args.dtype == "bfloat16")
