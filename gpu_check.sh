@@ -4,9 +4,9 @@
 #   1. the GPU half of test_distributed.py: FSDP2 updates vs a 1-process fp32 reference (one rank per
 #      GPU, at most 2; with bf16 the loss must be close, the ranks identical)
 #   2. 2 training steps of the tiny model: per-role on 1 process (FSDP as a 1-rank group, bf16, sleep mode,
-#      gradient checkpointing), then shared under torchrun on min(2, GPUs) ranks; every step checks the
-#      engines against the trainer (logp_gap)
-#   3. with MODEL=/local/hf/dir (e.g. a Qwen3-0.6B): 2 steps of it too (adds a few minutes); MODEL=wide builds,
+#      gradient checkpointing), then shared and per-role LoRA under torchrun on min(2, GPUs) ranks; every
+#      step checks the engines against the trainer (logp_gap)
+#   3. with MODEL=/local/hf/dir (e.g. a Qwen3-0.6B): 2 steps of it too, full and LoRA (adds a few minutes); MODEL=wide builds,
 #      offline, a randomly initialised 24-layer Qwen3 (~0.2B parameters, the tiny tokenizer) to stand in for one
 # then a report: rollout and update tokens/s, peak memory per rank, logp_gap (sampler vs trainer).
 #
@@ -57,7 +57,12 @@ timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" tra
     --policies shared --out_dir "$OUT/tiny-shared-${NP}ranks" >"$OUT/tiny-shared.log" 2>&1 \
     || { tail -30 "$OUT/tiny-shared.log"; echo "gpu_check: torchrun run failed (or hung: timeout)"; exit 1; }
 
-RUNS=("$OUT/tiny-per-role" "$OUT/tiny-shared-${NP}ranks")
+# per-role LoRA (one frozen base, an adapter per role, only adapters pushed) under torchrun
+timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
+    --policies per-role --lora_rank 8 --lr 1e-4 --out_dir "$OUT/tiny-lora-${NP}ranks" >"$OUT/tiny-lora.log" 2>&1 \
+    || { tail -30 "$OUT/tiny-lora.log"; echo "gpu_check: LoRA run failed"; exit 1; }
+
+RUNS=("$OUT/tiny-per-role" "$OUT/tiny-shared-${NP}ranks" "$OUT/tiny-lora-${NP}ranks")
 if [ "${MODEL:-}" = wide ]; then  # no hub on a lent GPU box: a real model's shape with random weights
     MODEL="$OUT/wide"
     [ -d "$MODEL" ] || $PY - "$OUT/tiny" "$MODEL" <<'EOF'
@@ -80,7 +85,12 @@ if [ -n "${MODEL:-}" ]; then
         --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2 --device "$DEVICE" --engine "$ENGINE" \
         --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 "${GPU_FLAGS[@]}" --out_dir "$OUT/model" \
         >"$OUT/model.log" 2>&1 || { tail -30 "$OUT/model.log"; echo "gpu_check: $MODEL run failed"; exit 1; }
-    RUNS+=("$OUT/model")
+    log "3/3 $MODEL: the same with per-role LoRA (rank 16): compare peak memory"
+    timeout 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py --task plan_path --size 6 \
+        --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2 --device "$DEVICE" --engine "$ENGINE" \
+        --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 --lora_rank 16 --lr 1e-5 "${GPU_FLAGS[@]}" \
+        --out_dir "$OUT/model-lora" >"$OUT/model-lora.log" 2>&1 || { tail -30 "$OUT/model-lora.log"; echo "gpu_check: $MODEL LoRA run failed"; exit 1; }
+    RUNS+=("$OUT/model" "$OUT/model-lora")
 else
     log "3/3 skipped (MODEL=/local/hf/dir to add a real model)"
 fi

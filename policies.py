@@ -343,8 +343,8 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     """One update of `policy` on its samples (sample.advantage already set) with `loss_fn` (the
     objective: loss.ppo_clip, or anything with its contract). Returns metrics summed/maxed over ranks:
     loss, grad_norm, logp_gap, skipped_steps, samples, and every stat loss_fn returns as a token-mean
-    (those of the union of the ranks' samples). kl_coef > 0: reference log-probs are computed (the
-    policy holds the reference model) and no sample is skipped. Every rank must call it for every
+    (those of the union of the ranks' samples). kl_coef > 0: reference log-probs are computed
+    (ref_logprobs) and no sample is skipped. Every rank must call it for every
     policy, in the same order, even with no samples."""
     model, net, sharded = policy.model, policy.net, policy.sharded
     m = {"samples": len(samples), "skipped_steps": 0, "loss": 0.0, "grad_norm": 0.0, "logp_gap": 0.0}

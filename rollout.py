@@ -146,7 +146,9 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def sleep(self):
-        self.llm.sleep(level=2)  # drop weights too: they are pushed again after the update anyway
+        # level 2 drops the weights too: they are pushed again after the update anyway. With LoRA only the
+        # adapters are pushed: level 1 keeps the base (offloaded to host memory, restored on wake)
+        self.llm.sleep(level=1 if self._lora_dir else 2)
 
     def wake(self):
         self.llm.wake_up()

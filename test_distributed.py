@@ -4,7 +4,7 @@ train.py finish, shared and per-role, and resume. python -m pytest -q test_distr
 The update-level proof: the same samples, split by group over 2 ranks (one rank has NO samples of one
 policy), updated with FSDP2 (per-layer shards, gradient sums, global token-mean, lock-stepped micro-steps),
 must give the loss and the weights of one plain process updating on all of them, also after the trainer
-state went through a checkpoint. Sampling is not part of it: ranks sample with their own seeds, so a
+state went through a checkpoint; the same for per-role LoRA adapters on one sharded base. Sampling is not part of it: ranks sample with their own seeds, so a
 2-rank run never draws the same completions as a 1-rank run. The lower half of this file is the worker:
     python -m torch.distributed.run --standalone --nproc_per_node 2 test_distributed.py TINY_DIR OUT_DIR
 """
@@ -25,6 +25,8 @@ CASES = {"shared": dict(fsdp=True, kl_coef=0.0, grad_ckpt=False, bf16=False, gro
          "per-role": dict(fsdp=True, kl_coef=0.05, grad_ckpt=True, bf16=False, groups={"tool": (4, 0), "planner": (2, 6)}),
          # train.py --fsdp 0: a full model per rank, gradients all-reduced
          "replicated": dict(fsdp=False, kl_coef=0.0, grad_ckpt=False, bf16=False, groups={"shared": (6, 4)}),
+         # --lora_rank: one sharded base, an adapter per role; the KL reference is the base (adapters off)
+         "lora": dict(fsdp=True, kl_coef=0.05, grad_ckpt=True, bf16=False, lora=True, groups={"tool": (4, 0), "planner": (2, 6)}),
          # the GPU recipe (bf16 compute, fp32 master weights and reductions) on CPU: close, not equal
          "bf16": dict(fsdp=True, kl_coef=0.0, grad_ckpt=False, bf16=True, groups={"shared": (6, 4)})}
 
@@ -67,6 +69,9 @@ def run_case(tiny_dir, case, rank, world, mesh, out, device="cpu"):
     mesh = mesh if cfg["fsdp"] else None
     args = SimpleNamespace(kl_coef=cfg["kl_coef"], **ARGS)
     no_shuffle = SimpleNamespace(shuffle=lambda x: None)
+    objective = functools.partial(L.ppo_clip, eps_low=args.eps_low, eps_high=args.eps_high, kl_coef=args.kl_coef)
+    if cfg.get("lora"):
+        return run_lora_case(tiny_dir, cfg, rank, world, mesh, out, device, args, objective)
     res = {}
     for name, counts in cfg["groups"].items():
         def new_policy(state=None):
@@ -84,11 +89,46 @@ def run_case(tiny_dir, case, rank, world, mesh, out, device="cpu"):
                 torch.save(pol.trainer_state(), path)
                 pol = new_policy(dict(pol.engine_weights()))
                 pol.load_trainer_state(torch.load(path, weights_only=False))
-            objective = functools.partial(L.ppo_clip, eps_low=args.eps_low, eps_high=args.eps_high, kl_coef=args.kl_coef)
             ms.append(P.update(pol, samples, device, no_shuffle, objective, args.temperature, args.micro_tokens,
                                args.mini_batches, args.grad_clip, args.kl_coef))
         res[name] = {"metrics": ms, "weights": {k: v.cpu().clone() for k, v in pol.engine_weights()}}
     return res
+
+
+def run_lora_case(tiny_dir, cfg, rank, world, mesh, out, device, args, objective):
+    """The policies share ONE base (sharded once) and are updated in turn; through a checkpoint as
+    train.py writes it: the adapters (gathered) + this rank's trainer state."""
+    import torch
+    from peft import set_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+    import policies as P
+    names, no_shuffle = list(cfg["groups"]), SimpleNamespace(shuffle=lambda x: None)
+
+    def new_policies(adapters=None):
+        base = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+        if cfg["grad_ckpt"] and mesh is not None:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        pm = P.lora_model(base, names, 8, 16, "all-linear", tiny_dir)
+        for n in adapters or ():
+            set_peft_model_state_dict(pm, adapters[n], adapter_name=n)
+        pm.to(device)
+        net = P.LogProbs(base)
+        if mesh is not None:
+            P.shard(net, mesh, False)
+        return {n: P.Policy(n, base, 1e-3, 0.01, 0, 10, "constant", mesh=mesh, peft=pm, net=net) for n in names}
+    pols, ms = new_policies(), {n: [] for n in names}
+    samples = {n: samples_of(n, cfg["groups"][n], rank, world) for n in names}
+    for i in range(UPDATES):
+        if i == UPDATES - 1:
+            path = os.path.join(out, f"lora-rank{rank}.pt")
+            torch.save({n: p.trainer_state() for n, p in pols.items()}, path)
+            pols = new_policies({n: dict(p.engine_weights()) for n, p in pols.items()})
+            for n, st in torch.load(path, weights_only=False).items():
+                pols[n].load_trainer_state(st)
+        for n in names:
+            ms[n].append(P.update(pols[n], samples[n], device, no_shuffle, objective, args.temperature,
+                                  args.micro_tokens, args.mini_batches, args.grad_clip, args.kl_coef))
+    return {n: {"metrics": ms[n], "weights": {k: v.cpu().clone() for k, v in pols[n].engine_weights()}} for n in names}
 
 
 def n_gpus():
@@ -157,21 +197,27 @@ def metrics(d):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policies", ["per-role", "shared"])
+@pytest.mark.parametrize("policies", ["per-role", "shared", "per-role-lora"])
 def test_two_ranks_vllm_train(tiny_dir, tmp_path, policies):
+    """per-role-lora: both ranks' vLLM engines take the gathered adapters (that a pushed adapter reaches
+    the engine is test_lora.py's logp_gap check; here B stays 0: the untrained model learns nothing)."""
     out = str(tmp_path / policies)
+    lora = ["--lora_rank", "8"] if policies.endswith("lora") else []
     torchrun([os.path.join(HERE, "train.py"), *BASE, *CHANGE, "--model", tiny_dir, "--engine", "vllm",
-              "--policies", policies, "--out_dir", out] + (["--eval_n", "3"] if policies == "per-role" else []),
-             timeout=300)
+              "--policies", policies.removesuffix("-lora"), "--out_dir", out, *lora]
+             + (["--eval_n", "3"] if policies != "shared" else []), timeout=300)
     ms = metrics(out)
     assert [m["step"] for m in ms] == [1, 2]
     # the engines hold the pushed weights (without the push after step 1, step 2's gap is ~2e-2)
     assert all(m["samples"] > 0 and m["logp_gap"] < 1e-4 for m in ms)
     ck = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
-    names = ["planner", "tool"] if policies == "per-role" else ["shared"]
+    names = ["planner", "tool"] if policies != "shared" else ["shared"]
     assert sorted(os.listdir(ck)) == sorted(["trainer-rank0.pt", "trainer-rank1.pt"] + names)
     from transformers import AutoModelForCausalLM
-    AutoModelForCausalLM.from_pretrained(os.path.join(ck, names[0]))  # gathered into a loadable HF directory
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir if lora else os.path.join(ck, names[0]))
+    if lora:  # a peft adapter directory, gathered
+        from peft import PeftModel
+        PeftModel.from_pretrained(model, os.path.join(ck, names[0]))
 
 
 @pytest.mark.slow

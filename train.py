@@ -1,6 +1,7 @@
 """AT-GRPO trainer: config + loop. Runs under `python` (one process) and `torchrun` (data parallel).
 
     python train.py --preset cpu-demo                     # CPU demo: tiny model learns plan_path
+    python train.py --preset cpu-demo --lora_rank 8 --lr 2e-3 --out_dir runs/cpu-demo-lora   # per-role LoRA
     torchrun --standalone --nproc_per_node 8 train.py --task plan_path --policies per-role --model Qwen/Qwen3-1.7B
     python -m pytest -q test_train.py
 
@@ -10,7 +11,8 @@ checkpoint. Where each piece lives (and what to edit for an ablation): rollout.p
 `pick_branch`), grouping.py (`advantages`), loss.py (the objective), policies.py (`update`, the
 plumbing), envs.py + task_*.py (tasks, rewards, workflows), common.py (presets, flags, checkpoints).
 Simplifications, on purpose: one engine per process serves every policy (per-role weights are swapped in
-before a role generates, and the swap is timed); one epoch over each step's samples; old log-probs are
+before a role generates, and the swap is timed; with --lora_rank the policies are adapters on one frozen
+base, all held by the engine at once, and only adapters move after an update); one epoch over each step's samples; old log-probs are
 recomputed by the trainer; no value model, no KL unless --kl_coef > 0.
 Data parallel (torchrun, one GPU per rank): each rank plays its own slice of the step's problems on its
 own in-process vLLM engine (groups never cross ranks) and trains FSDP2-sharded policies; gradients are
