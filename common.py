@@ -60,6 +60,9 @@ def add_common_args(ap):
                     help="default: float32 on cpu, bfloat16 on cuda")
     ap.add_argument("--seed", type=int, default=0, help="seed of torch, tie-breaks and engine")
     ap.add_argument("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
+    ap.add_argument("--role_sampling", action="append", default=[], metavar="ROLE:KEY=VALUE,...",
+                    help="per-role sampling, repeatable: temperature and/or max_tokens (at most --max_tokens), "
+                         "e.g. --role_sampling tool:temperature=0.7,max_tokens=512")
     ap.add_argument("--max_prompt_tokens", type=int, default=4096,
                     help="longer prompts end their episode (never truncated)")
 
@@ -80,10 +83,30 @@ def parse_args(ap, argv):
     if args.max_tokens <= 0:
         die(f"--max_tokens must be positive, got {args.max_tokens}")
     try:  # the task checks its own options
-        make_env(args, "train", 0)
+        roles = make_env(args, "train", 0).roles
     except (ValueError, RuntimeError) as e:
         die(str(e))
+    args.role_sampling = role_sampling(args.role_sampling, roles, args.max_tokens)
     return args
+
+
+def role_sampling(specs, roles, max_tokens):
+    """--role_sampling specs -> {role: {"temperature": float, "max_tokens": int}} (only what was given)."""
+    out = {}
+    for spec in specs:
+        role, _, kvs = spec.partition(":")
+        if role not in roles or not kvs:
+            die(f"--role_sampling {spec!r}: expected ROLE:KEY=VALUE[,KEY=VALUE] with ROLE in {list(roles)}")
+        for kv in kvs.split(","):
+            k, _, v = kv.partition("=")
+            try:
+                val = {"temperature": float, "max_tokens": int}[k](v)
+            except (KeyError, ValueError):
+                die(f"--role_sampling {spec!r}: {kv!r} is not temperature=FLOAT or max_tokens=INT")
+            if val <= 0 or (k == "max_tokens" and val > max_tokens):
+                die(f"--role_sampling {spec!r}: {k} must be > 0" + (f" and <= --max_tokens {max_tokens}" if k == "max_tokens" else ""))
+            out.setdefault(role, {})[k] = val
+    return out
 
 
 def make_env(args, split, index):

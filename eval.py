@@ -104,7 +104,8 @@ def run_eval(args):
     context = getattr(models[names[0]].config, "max_position_embeddings", 4096)
     engine = rollout.make_engine(args.engine, names[0], device=args.device, dtype=args.dtype, seed=args.seed,
                                  max_model_len=min(context, args.max_prompt_tokens + args.max_tokens))
-    sampler = rollout.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict())
+    sampler = rollout.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict(),
+                              overrides=args.role_sampling)
     return finish(args, sampler, context, dirs, t0)
 
 
@@ -126,7 +127,8 @@ def run_eval_adapters(args, roles, dirs, t0):
     for d in adapters:
         engine.load_adapter(d, load_file(os.path.join(d, "adapter_model.safetensors")).items(), configs[d])
     tok = AutoTokenizer.from_pretrained(base)
-    sampler = rollout.Sampler(engine, tok, lambda role: dirs[role] if is_adapter(dirs[role]) else None, None)
+    sampler = rollout.Sampler(engine, tok, lambda role: dirs[role] if is_adapter(dirs[role]) else None, None,
+                              overrides=args.role_sampling)
     return finish(args, sampler, context, {**dirs, "base": base}, t0)
 
 

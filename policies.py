@@ -9,7 +9,9 @@ and K responses go in ONE row whose attention mask lets each response see the pr
 (shared_prompt_logprobs; sdpa, i.e. CPU), many such rows per micro-batch. Under flash-attention (GPU)
 a micro-batch is one padding-free packed row of whole sequences instead. Logits are divided by the sampling
 temperature, as the sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
-per-layer hooks and gradient checkpointing need.
+per-layer hooks and gradient checkpointing need. Each sample's logits are divided by ITS sampling
+temperature (`sample.temperature`: per-role sampling may mix several in one policy), else by the
+`temperature` passed in.
 
 Update (`update`): plumbing around ONE objective, `loss_fn` (loss.py: PPO-clip by default; its
 contract is there). The token-mean's denominator is the whole mini-batch's token count, fixed before
@@ -221,6 +223,11 @@ def pack(samples, max_tokens, shared=True):
         yield [s for r in batch for s in r]
 
 
+def temperatures(samples, default):
+    """Each sample's own sampling temperature (Sample.temperature; 0 = greedy or unknown: the default)."""
+    return [getattr(s, "temperature", 0.0) or default for s in samples]
+
+
 def logprobs(model, samples, temperature, device):
     """Per-sample response log-probs of a micro-batch from pack(), in the order of `samples`."""
     if shares_prompt(model):
@@ -252,19 +259,21 @@ def shared_prompt_logprobs(model, samples, temperature, device):
     ids_t = torch.zeros((B, L), dtype=torch.long)
     pos_t = torch.zeros((B, L), dtype=torch.long)
     seg_t = torch.full((B, L), -1)
-    where, tgt = [], []  # (row, position) of every response token's prediction, and its target
+    where, tgt, temp = [], [], []  # (row, position) of every response token's prediction, its target, its temperature
+    ts = temperatures(samples, temperature)
     for b, (ids, pos, seg, starts, idx) in enumerate(built):
         ids_t[b, : len(ids)], pos_t[b, : len(ids)], seg_t[b, : len(ids)] = (torch.tensor(v) for v in (ids, pos, seg))
         for st, i in zip(starts, idx):
             where += [(b, t) for t in range(st, st + len(samples[i].response_ids))]
             tgt += samples[i].response_ids
+            temp += [ts[i]] * len(samples[i].response_ids)
     seg_t = seg_t.to(device)
     mask = torch.ones(L, L, dtype=torch.bool, device=device).tril() & (
         (seg_t[:, :, None] == seg_t[:, None, :]) | (seg_t[:, None, :] == 0))  # causal; own response or prompt
     hidden = model.model(input_ids=ids_t.to(device), position_ids=pos_t.to(device), attention_mask=mask[:, None],
                          use_cache=False).last_hidden_state
     bt = torch.tensor(where, device=device)
-    logits = model.lm_head(hidden[bt[:, 0], bt[:, 1]]).float() / temperature  # only rows predicting a response
+    logits = model.lm_head(hidden[bt[:, 0], bt[:, 1]]).float() / torch.tensor(temp, device=device)[:, None]
     lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tgt, device=device)[:, None])[:, 0]
     out, o = [None] * len(samples), 0
     for _, _, _, _, idx in built:
@@ -298,9 +307,9 @@ def response_logprobs(model, samples, temperature, device):
         hidden = model.model(input_ids=ids.to(device), attention_mask=att.to(device), use_cache=False).last_hidden_state
         rows = [hidden[b] for b in range(len(seqs))]
     out = []
-    for s, h in zip(samples, rows):
+    for s, h, t in zip(samples, rows, temperatures(samples, temperature)):
         P, R = len(s.prompt_ids), len(s.response_ids)
-        logits = model.lm_head(h[P - 1: P + R - 1]).float() / temperature  # only rows predicting the response
+        logits = model.lm_head(h[P - 1: P + R - 1]).float() / t  # only rows predicting the response
         tgt = torch.tensor(s.response_ids, device=device)
         out.append(torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0])
     return out

@@ -44,6 +44,7 @@ class Completion:
     ids: list            # response token ids, up to and including EOS when it was produced
     logprobs: list       # sampler log-prob of each response token
     truncated: bool      # cut at max_tokens without EOS
+    temperature: float = 0.0  # what it was sampled at (set by Sampler; the trainer divides logits by it)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Sample:
     text: str = ""
     advantage: float = 0.0
     extra: dict = field(default_factory=dict)
+    temperature: float = 0.0  # the sampling temperature of this response (its role's, see Sampler)
 
 
 def encode_prompt(tok, messages):
@@ -234,27 +236,36 @@ class Sampler:
     policy weights: `weights(name)` gives them, and the switch is pushed (and timed) only when needed.
     weights=None: LoRA, every policy is an adapter already in the engine (route(role): its name, None =
     the base); nothing is pushed here.
+    `overrides`: per-role sampling, {role: {"temperature": t, "max_tokens": n}}, replacing the caller's
+    values for that role (train.py / eval.py --role_sampling); every completion records its temperature.
     `sync_s` (weight pushes) and `env_s` (env steps, see step_envs) add up seconds; callers take differences."""
 
-    def __init__(self, engine, tok, route, weights, loaded=None):
+    def __init__(self, engine, tok, route, weights, loaded=None, overrides=None):
         self.engine, self.tok, self.route, self.weights = engine, tok, route, weights
         self.loaded = loaded   # name of the policy whose weights the engine holds now
+        self.overrides = overrides or {}
         self.sync_s, self.switches, self.env_s = 0.0, 0, 0.0
 
     def invalidate(self):
         self.loaded = None     # after an update every policy's weights are stale in the engine
 
     def generate(self, role, prompts, n, temperature, max_tokens):
-        name = self.route(role)
+        name, o = self.route(role), self.overrides.get(role, {})
+        temperature, max_tokens = o.get("temperature", temperature), o.get("max_tokens", max_tokens)
         if self.weights is None:
-            return self.engine.generate(prompts, n, temperature, max_tokens, adapter=name)
-        if name != self.loaded:
-            t = time.time()
-            self.engine.load_weights(self.weights(name))
-            self.sync_s += time.time() - t
-            self.switches += 1
-            self.loaded = name
-        return self.engine.generate(prompts, n, temperature, max_tokens)
+            outs = self.engine.generate(prompts, n, temperature, max_tokens, adapter=name)
+        else:
+            if name != self.loaded:
+                t = time.time()
+                self.engine.load_weights(self.weights(name))
+                self.sync_s += time.time() - t
+                self.switches += 1
+                self.loaded = name
+            outs = self.engine.generate(prompts, n, temperature, max_tokens)
+        for comps in outs:
+            for c in comps:
+                c.temperature = temperature
+        return outs
 
     def decode(self, comp):
         """Text of a completion for the env; a cut completion (no EOS) counts as no answer."""
@@ -342,8 +353,8 @@ def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_toke
                     pid, env = it
                     key = group_key(pid, env, role)  # env: the state before the step (its clones moved)
                     branches, rs = [b for b, _, _ in steps[i * K:(i + 1) * K]], rewards[i * K:(i + 1) * K]
-                    group = [Sample(p, c.ids, c.logprobs, float(r), key, role, sampler.route(role), c.truncated, text)
-                             for c, r, (_, _, text) in zip(comps, rs, steps[i * K:(i + 1) * K])]
+                    group = [Sample(p, c.ids, c.logprobs, float(r), key, role, sampler.route(role), c.truncated, text,
+                                    temperature=c.temperature) for c, r, (_, _, text) in zip(comps, rs, steps[i * K:(i + 1) * K])]
                     j = pick_branch(rs, rng)
                     group[j].extra["continued"] = True  # the branch the episode goes on from
                     it[1] = branches[j]  # the stepped, scored object itself
@@ -384,7 +395,7 @@ def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt
                 rewards = step_envs(sampler, pool, [(env, role, text) for (_, env), text in zip(live, texts)])
                 for (pid, _), p, (c,), text, r in zip(live, prompts, outs, texts, rewards):
                     samples.append(Sample(p, c.ids, c.logprobs, float(r), (pid, role), role, sampler.route(role),
-                                          c.truncated, text))
+                                          c.truncated, text, temperature=c.temperature))
     return samples, envs
 
 

@@ -193,3 +193,23 @@ def test_a_custom_objective_is_one_function_and_its_stats_are_logged(tiny_dir):
     assert all(seen) and len(seen) > 1 and "clipfrac" not in m
     assert m["tokens"] == pytest.approx(live / sum(len(s.response_ids) for s in ss))  # a token-mean
     assert math.isfinite(m["loss"]) and m["grad_norm"] > 0
+
+
+def test_each_sample_is_divided_by_its_own_temperature(tiny_dir):
+    """Per-role sampling puts several temperatures in one policy's batch: both log-prob paths divide each
+    sample's logits by its own (Sample.temperature), as if it were computed alone at that temperature."""
+    import dataclasses
+    pol = new_policy(tiny_dir)
+    ss = make_samples(12)
+    for i, s in enumerate(ss):
+        s.temperature = (0.5, 1.0, 1.7)[i % 3]
+    with torch.no_grad():
+        shared = P.shared_prompt_logprobs(pol.model, ss, 1.0, "cpu")
+        padded = P.response_logprobs(pol.model, ss, 1.0, "cpu")
+        alone = [P.response_logprobs(pol.model, [dataclasses.replace(s, temperature=0.0)], s.temperature, "cpu")[0]
+                 for s in ss]
+        at_one = P.response_logprobs(pol.model, [dataclasses.replace(s, temperature=0.0) for s in ss], 1.0, "cpu")
+    for a, b, c in zip(alone, shared, padded):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
+        torch.testing.assert_close(c, a, atol=1e-5, rtol=0)
+    assert max((a - b).abs().max().item() for a, b, s in zip(alone, at_one, ss) if s.temperature != 1.0) > 1e-2

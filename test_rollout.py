@@ -83,6 +83,7 @@ class Scripted:
 
     def generate(self, prompts, n, temperature, max_tokens):
         self.calls.append((len(prompts), n))
+        self.settings = getattr(self, "settings", []) + [(temperature, max_tokens)]
         out = []
         for _ in prompts:
             row = []
@@ -264,3 +265,15 @@ def test_pick_branch_takes_a_best_reward_and_breaks_ties_by_the_rng():
     picks = {R.pick_branch([1.0, 3.0, 3.0, 0.0, 3.0], random.Random(s)) for s in range(50)}
     assert picks == {1, 2, 4}  # every tied best, never another
     assert R.pick_branch([1.0, 3.0, 3.0], random.Random(7)) == R.pick_branch([1.0, 3.0, 3.0], random.Random(7))
+
+
+def test_role_sampling_overrides_reach_the_engine_and_the_samples(tok):
+    """--role_sampling: each role's temperature and max_tokens go to the engine, and every sample records
+    the temperature it was drawn at (the trainer divides by it)."""
+    eng = Scripted(tok, ["U", "D", "x"])
+    sampler = R.Sampler(eng, tok, lambda r: "shared", lambda n: {},
+                        overrides={"planner": {"temperature": 1.7, "max_tokens": 5}, "tool": {"temperature": 0.6}})
+    problems = [envs.make("plan_path", "train", i, size=4, max_turns=1, tool_mode="direct") for i in range(2)]
+    samples, _ = R.tree_rollout(problems, sampler, 3, 1.0, 9, random.Random(0))
+    assert eng.settings == [(0.6, 9), (1.7, 5)]  # one call per role; tool keeps the caller's max_tokens
+    assert {(s.role, s.temperature) for s in samples} == {("tool", 0.6), ("planner", 1.7)}

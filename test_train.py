@@ -111,6 +111,25 @@ def test_resume_matches_uninterrupted_run_vllm(warm_dir, tmp_path):
                 assert x[k] == pytest.approx(y[k], rel=1e-6, abs=1e-9), (x["step"], k, x[k], y[k])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("policies", ["per-role", "shared"])
+def test_role_sampling_changes_samples_and_keeps_the_logp_gap(warm_dir, tmp_path, policies):
+    """Two roles at two temperatures on vLLM (shared: both in one policy's batch): sampler and trainer
+    still agree to 1e-5 in fp32, and the samples are not those of one temperature."""
+    common = BASE + ["--model", warm_dir, "--engine", "vllm", "--policies", policies, "--steps", "2", "--seed", "1",
+                     "--max_tokens", "12"]
+    run(common + ["--out_dir", str(tmp_path / "plain")])
+    out = str(tmp_path / "roles")
+    run(common + ["--out_dir", out, "--role_sampling", "tool:temperature=0.5", "--role_sampling",
+                  "planner:temperature=1.6,max_tokens=6"])
+    ms = metrics(out)
+    assert all(m["logp_gap"] < 1e-5 for m in ms), [m["logp_gap"] for m in ms]
+    rows = [json.loads(line) for line in open(os.path.join(out, "samples.jsonl"))]
+    plain = [json.loads(line) for line in open(tmp_path / "plain" / "samples.jsonl")]
+    assert [r["text"] for r in rows] != [r["text"] for r in plain]
+    assert all(r["truncated"] for r in rows if r["role"] == "planner" and len(r["text"]) > 6)
+
+
 @pytest.mark.parametrize("extra,msg", [
     (["--task", "chess"], "argument --task: invalid choice: 'chess'"),
     (["--policies", "both"], "argument --policies: invalid choice"),
@@ -128,6 +147,10 @@ def test_resume_matches_uninterrupted_run_vllm(warm_dir, tmp_path):
     (["--task", "sokoban", "--boxes", "50"], "sokoban boxes must be"),
     (["--task", "sudoku", "--size", "5"], "sudoku size must be 4 or 9"),
     (["--task", "code", "--data", "/no/such.jsonl"], "no such file"),
+    (["--role_sampling", "judge:temperature=1"], "with ROLE in"),
+    (["--role_sampling", "tool:top_p=0.9"], "is not temperature=FLOAT or max_tokens=INT"),
+    (["--role_sampling", "tool:max_tokens=99999"], "<= --max_tokens"),
+    (["--report_to", "mlflow"], "argument --report_to: invalid choice"),
 ])
 def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     p = run(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, check=False)

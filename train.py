@@ -35,6 +35,7 @@ import loss
 import policies as P
 import rollout
 import tiny
+import track
 from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, barrier, die,
                     init_distributed, latest_checkpoint, load_checkpoint, make_env, parse_args, problem_count,
                     rng_states, save_checkpoint, set_rng_states, trim_metrics)
@@ -91,12 +92,17 @@ def get_args(argv=None):
     A("--keep_ckpts", type=int, default=2, help="how many checkpoints to keep")
     A("--resume", action="store_true", help="continue from the last complete checkpoint in --out_dir")
     A("--log_samples", type=int, default=2, help="completions per role written to samples.jsonl each step")
+    A("--report_to", default="none", choices=("none", "tensorboard", "wandb", "trackio"),
+      help="also send config, metrics and sample completions to this tracker (track.py; rank 0). "
+           "metrics.jsonl is written either way")
     args = parse_args(ap, argv)
     if args.K < 2:
         die(f"--K must be >= 2 (a group needs at least two samples), got {args.K}")
     for flag in ("steps", "problems", "mini_batches", "micro_tokens", "env_workers"):
         if getattr(args, flag) <= 0:
             die(f"--{flag} must be positive, got {getattr(args, flag)}")
+    if track.check(args.report_to):
+        die(track.check(args.report_to))
     if args.lora_rank < 0 or args.lora_rank > 512:
         die(f"--lora_rank must be in 0..512, got {args.lora_rank}")
     args.lora_alpha = 2.0 * args.lora_rank if args.lora_alpha is None else args.lora_alpha
@@ -180,9 +186,13 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world):
     streams and the engine's prefix cache as they were: a run trains the same with or without evals."""
     per = (args.eval_n + world - 1) // world
     lo, hi = rank * per, min(args.eval_n, (rank + 1) * per)
+    # a role's max_tokens is part of the workflow; its training temperature is not (the protocol's is used)
+    train_overrides = sampler.overrides
+    sampler.overrides = {r: {k: v for k, v in o.items() if k == "max_tokens"} for r, o in train_overrides.items()}
     r = rollout.evaluate(lambda i: make_env(args, "test", lo + i), hi - lo, sampler, proto["temperature"],
                          args.max_tokens, proto["samples"], max_prompt_tokens, seed=args.seed + rank,
                          workers=args.env_workers)
+    sampler.overrides = train_overrides
     engine.reset_cache()
     episodes, n, passk = r["episodes"], hi - lo, f"pass@{proto['samples']}"
     s = all_reduce_sums({"wins": r["success"] * episodes, "pass": r.get(passk, 0.0) * n,
@@ -214,15 +224,17 @@ def step_metrics(step, samples, finals, roles, updates, policies):
 
 
 def write_samples(out_dir, step, samples, per_role):
-    """A few completions per role, so people can read what the agents say."""
-    by_role = {}
+    """A few completions per role, so people can read what the agents say. Returns the rows written."""
+    by_role, rows = {}, []
     for s in samples:
         by_role.setdefault(s.role, []).append(s)
     with open(os.path.join(out_dir, "samples.jsonl"), "a") as f:
         for role, ss in by_role.items():
             for s in ss[:per_role]:
-                f.write(json.dumps({"step": step, "role": role, "key": list(s.key), "reward": s.reward,
-                                    "advantage": s.advantage, "truncated": s.truncated, "text": s.text}) + "\n")
+                rows.append({"step": step, "role": role, "key": list(s.key), "reward": s.reward,
+                             "advantage": s.advantage, "truncated": s.truncated, "text": s.text})
+                f.write(json.dumps(rows[-1]) + "\n")
+    return rows
 
 
 def resolve_model(args, master, log):
@@ -280,6 +292,22 @@ def log_line(m, roles):
             f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {m['time/rollout']:.1f}s (env {m['time/env']:.1f}s)"
             f" upd {m['time/update']:.1f}s sync {m['time/sync']:.2f}s"
             + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
+
+
+def eval_command(args, ckpt):
+    """The eval.py line that evaluates `ckpt` with this run's task settings (flags that differ from the
+    preset's or the plain defaults)."""
+    ap = Parser()
+    add_common_args(ap)
+    defaults = PRESETS.get(args.preset) or {}
+    parts = ["python eval.py"] + ([f"--preset {args.preset}"] if args.preset else [])
+    for a in ap._actions:
+        if a.dest not in ("help", "preset", "device", "dtype", "role_sampling") and a.option_strings:
+            v = getattr(args, a.dest, None)
+            if v is not None and v != defaults.get(a.dest, a.default):
+                parts.append(f"{a.option_strings[0]} {v}")
+    parts += [f"--role_sampling {r}:max_tokens={o['max_tokens']}" for r, o in args.role_sampling.items() if "max_tokens" in o]
+    return " ".join(parts + [f"--model {ckpt}"])
 
 
 def write_json(path, obj):
@@ -343,7 +371,8 @@ def main(argv=None):
     replicas = {}  # per-role under FSDP with several ranks: see push_weights
     sampler = rollout.Sampler(engine, tok, lambda role: P.route(role, args.policies),
                               None if args.lora_rank else  # LoRA: adapters live in the engine, nothing to pull
-                              lambda name: replicas[name] if name in replicas else policies[name].engine_weights(dtype))
+                              lambda name: replicas[name] if name in replicas else policies[name].engine_weights(dtype),
+                              overrides=args.role_sampling)
     push_weights(engine, sampler, policies, dtype, replicas, world)  # the engine started from --model; a resumed policy differs
 
     # ---- evaluation before training (a resumed run keeps its first one, if made the same way)
@@ -367,6 +396,9 @@ def main(argv=None):
         set_rng_states(saved["rng"], streams)
     else:
         rollout.seed_all(args.seed + rank)
+    tracker = track.Tracker(args.report_to, args.out_dir, vars(args), start) if master and args.report_to != "none" else None
+    if tracker and start == 0 and summary.get("success_before") is not None:
+        tracker.log({"step": 0, "eval/success": summary["success_before"]})
 
     for step in tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps):
         t0, sync0, switches0, env0 = time.time(), sampler.sync_s, sampler.switches, sampler.env_s
@@ -405,8 +437,11 @@ def main(argv=None):
         if master:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(m) + "\n")
-            write_samples(args.out_dir, step + 1, samples, args.log_samples)
+            rows = write_samples(args.out_dir, step + 1, samples, args.log_samples)
             log(log_line(m, roles))
+            if tracker:
+                tracker.log(m)
+                tracker.samples(step + 1, rows)
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.steps:
             save_checkpoint(args.out_dir, step + 1, policies, tok, {"rng": rng_states(streams), "args": vars(args)},
                             args.keep_ckpts, rank, world, log)
@@ -421,6 +456,19 @@ def main(argv=None):
     if master:
         write_json(summary_path, summary)
         log(f"summary: {json.dumps(summary)}")
+    if master:  # where everything went
+        ckpt = latest_checkpoint(args.out_dir)
+        log(f"\ndone in {summary['wall_s']:.0f}s; everything is in {args.out_dir}/:")
+        log(f"  metrics     {metrics_path} (one line per step), samples.jsonl, summary.json")
+        log(f"  checkpoint  {ckpt}" + (" (peft adapters: eval.py --merge DIR writes a full model)" if args.lora_rank else ""))
+        log(f"  curves      python eval.py --plot {args.out_dir}")
+        log(f"  evaluate    {eval_command(args, ckpt)}")
+        if args.report_to == "tensorboard":
+            log(f"  tensorboard tensorboard --logdir {os.path.join(args.out_dir, 'tensorboard')}")
+    if tracker:
+        if args.eval_n:
+            tracker.log({"step": args.steps, "eval/success_after": summary["success_after"]})
+        tracker.close()
     if launched and args.engine != "vllm":  # vLLM's exit hook tears the process groups down itself
         torch.distributed.destroy_process_group()
     return summary
