@@ -49,14 +49,30 @@ def read_wandb(out):
     return scal, {}
 
 
+def read_trackio(out):
+    """trackio's local SQLite database (TRACKIO_DIR/<project>.db): one row per log call, metrics as JSON."""
+    import sqlite3
+    db = sqlite3.connect(os.path.join(out, "trackio", "at-grpo.db"))
+    scal = {}
+    for step, blob in db.execute("SELECT step, metrics FROM metrics"):
+        for k, v in json.loads(blob).items():
+            if isinstance(v, (int, float)):
+                scal.setdefault(k, {})[step] = v
+    return scal, {}
+
+
+READERS = {"tensorboard": read_tensorboard, "wandb": read_wandb, "trackio": read_trackio}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", [k for k in INSTALLED if k in ("tensorboard", "wandb")] or
+@pytest.mark.parametrize("kind", INSTALLED or
                          [pytest.param("tensorboard", marks=pytest.mark.skip(reason="no tracker installed"))])
 def test_tracker_gets_every_metric(tiny_dir, tmp_path, kind):
     out = str(tmp_path / "run")
     run(BASE + ["--model", tiny_dir, "--engine", "hf", "--policies", "per-role", "--steps", "2", "--out_dir", out,
-                "--eval_n", "2", "--eval_every", "1", "--report_to", kind], env={"WANDB_MODE": "offline"})
-    scal, texts = (read_tensorboard if kind == "tensorboard" else read_wandb)(out)
+                "--eval_n", "2", "--eval_every", "1", "--report_to", kind],
+        env={"WANDB_MODE": "offline", "TRACKIO_DIR": os.path.join(out, "trackio")})  # nothing leaves the machine
+    scal, texts = READERS[kind](out)
     ms = metrics(out)
     for m in ms:  # every numeric metrics.jsonl key, at its step, with its value
         for k, v in track.scalars(m).items():

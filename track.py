@@ -7,7 +7,8 @@ scalar per rank. Each backend is an optional package: a missing one is a one-lin
 command (`check`), never a silent no-op. Offline use:
     tensorboard   writes OUT_DIR/tensorboard (no network ever); tensorboard --logdir OUT_DIR/tensorboard
     wandb         WANDB_MODE=offline python train.py ... --report_to wandb   (then `wandb sync` later)
-    trackio       local-first: a local database, `trackio show` to browse it
+    trackio       local-first: a SQLite database in $TRACKIO_DIR (default ~/.cache/huggingface/trackio);
+                  `trackio show --project at-grpo` to browse it
 A resumed run continues the same tracker run (tensorboard drops the events past the checkpoint's step;
 wandb resumes by the id kept in OUT_DIR/wandb_id).
 
