@@ -7,12 +7,19 @@ must give the loss and the weights of one plain process updating on all of them,
 state went through a checkpoint; the same for per-role LoRA adapters on one sharded base. Sampling is not part of it: ranks sample with their own seeds, so a
 2-rank run never draws the same completions as a 1-rank run. The lower half of this file is the worker:
     python -m torch.distributed.run --standalone --nproc_per_node 2 test_distributed.py TINY_DIR OUT_DIR
+and the same on two "nodes" (two torchrun launchers of one process each, meeting through c10d rendezvous;
+an optional 4th argument picks cases, comma-separated), started once per node:
+    python -m torch.distributed.run --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
+        --rdzv_endpoint 127.0.0.1:PORT --rdzv_id ID test_distributed.py TINY_DIR OUT_DIR cpu shared,per-role
 """
 import json
 import os
 import random
+import signal
+import socket
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -147,19 +154,16 @@ def torchrun(args, timeout, nproc=2):
     return p
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not n_gpus(), reason="no GPU"))])
-def test_fsdp_update_equals_one_process(tiny_dir, tmp_path, device):
-    """On CPU: 2 gloo ranks. On GPU (gpu_check.sh): NCCL, one rank per GPU (at most 2), same references."""
+def check_equals_one_process(tiny_dir, out, cases, nproc):
+    """The workers' results in OUT (nproc ranks) against the 1-process updates of the same cases;
+    returns the largest fp32 loss and weight differences."""
     import torch
-    nproc = 2 if device == "cpu" else min(2, n_gpus())
-    torchrun([os.path.join(HERE, "test_distributed.py"), tiny_dir, str(tmp_path), device], timeout=300, nproc=nproc)
     diffs, threads = {}, torch.get_num_threads()
     torch.set_num_threads(1)  # OpenMP threads spin-wait: on 2 busy cores a second one costs 30x
-    refs = {case: run_case(tiny_dir, case, 0, 1, None, str(tmp_path)) for case in CASES}
+    refs = {case: run_case(tiny_dir, case, 0, 1, None, str(out)) for case in cases}
     torch.set_num_threads(threads)
     for case, ref in refs.items():
-        got = [torch.load(tmp_path / f"result-{case}-rank{r}.pt", weights_only=False) for r in range(nproc)]
+        got = [torch.load(os.path.join(out, f"result-{case}-rank{r}.pt"), weights_only=False) for r in range(nproc)]
         for name in ref:
             if CASES[case]["bf16"]:  # bf16 rounding: near the fp32 loss; the ranks agree exactly
                 for a, b in zip(ref[name]["metrics"], got[0][name]["metrics"]):
@@ -179,7 +183,111 @@ def test_fsdp_update_equals_one_process(tiny_dir, tmp_path, device):
                 # Adam divides by sqrt(v): where a gradient element is ~0, float rounding (summation order)
                 # moves its weight by a fraction of lr = 1e-3; bound lr/10
                 assert d < 1e-4, (case, name, k, d)
+    return diffs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not n_gpus(), reason="no GPU"))])
+def test_fsdp_update_equals_one_process(tiny_dir, tmp_path, device):
+    """On CPU: 2 gloo ranks. On GPU (gpu_check.sh): NCCL, one rank per GPU (at most 2), same references."""
+    nproc = 2 if device == "cpu" else min(2, n_gpus())
+    torchrun([os.path.join(HERE, "test_distributed.py"), tiny_dir, str(tmp_path), device], timeout=300, nproc=nproc)
+    diffs = check_equals_one_process(tiny_dir, tmp_path, CASES, nproc)
     print(f"\n{device}, {nproc} ranks: max |loss diff| {diffs['loss']:.2e}, max |weight diff| {diffs['weight']:.2e}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def descendants(pid):
+    """Every process below pid (Linux /proc), children first: torchrun starts its workers in new sessions,
+    so killing the launcher's process group would not reach them."""
+    kids = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+        except (ValueError, OSError, IndexError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), ()):
+            out.append(c)
+            todo.append(c)
+    return out[::-1]
+
+
+def two_nodes(args, out, timeout):
+    """Two torchrun launchers ("nodes" 0 and 1 on localhost, one process each) meeting through torchrun's
+    c10d rendezvous; node ranks are assigned by the rendezvous. Fails (and kills both launchers and their
+    workers) when one fails or both are not done within timeout. Returns the launchers' pids."""
+    rdzv = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+            "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", f"two-nodes-{os.getpid()}-{time.time_ns()}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *rdzv, *args]
+    logs = [open(os.path.join(out, f"launcher{i}.log"), "w+") for i in range(2)]
+    procs = [subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE,
+                              env=dict(os.environ, OMP_NUM_THREADS="1")) for log in logs]
+    deadline, failure = time.monotonic() + timeout, None
+    try:
+        while any(p.poll() is None for p in procs):
+            if any(p.poll() not in (None, 0) for p in procs):
+                failure = "a launcher failed"  # the other one would wait for it in a rendezvous or a collective
+                break
+            if time.monotonic() > deadline:
+                failure = f"timed out after {timeout}s (deadlock?)"
+                break
+            time.sleep(0.2)
+        if failure is None and any(p.returncode for p in procs):
+            failure = "a launcher failed"
+    finally:
+        for p in procs:  # a hang is a failure, never a stuck CI: kill the workers, then the launchers
+            if p.poll() is None:
+                for pid in descendants(p.pid) + [p.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                p.wait()
+        tails = []
+        for i, log in enumerate(logs):
+            log.seek(0)
+            tails.append(f"--- launcher {i} (rc {procs[i].returncode}):\n{log.read()[-3000:]}")
+            log.close()
+    assert failure is None, f"two torchrun launchers: {failure}\n" + "\n".join(tails)
+    return [p.pid for p in procs]
+
+
+TWO_NODE_CASES = ["shared", "per-role", "lora"]  # the fsdp cases that differ in what goes through collectives
+
+
+@pytest.mark.slow
+def test_two_nodes_through_c10d_rendezvous(tiny_dir, tmp_path):
+    """Two torchrun launchers of one process each (two "nodes" on localhost, c10d rendezvous): the FSDP2
+    updates equal the 1-process ones, as on one node; then train.py (HF engine) runs 2 steps across them."""
+    out = tmp_path / "update"
+    out.mkdir()
+    pids = two_nodes([os.path.join(HERE, "test_distributed.py"), tiny_dir, str(out), "cpu", ",".join(TWO_NODE_CASES)],
+                     str(out), timeout=240)
+    nodes = [json.load(open(out / f"node-rank{r}.json")) for r in range(2)]
+    # one process per node: global rank = node rank, local rank 0 on both, each started by its own launcher
+    assert [(n["RANK"], n["GROUP_RANK"], n["LOCAL_RANK"], n["WORLD_SIZE"]) for n in nodes] == [("0", "0", "0", "2"),
+                                                                                               ("1", "1", "0", "2")]
+    assert sorted(n["launcher_pid"] for n in nodes) == sorted(pids) and pids[0] != pids[1]
+    assert nodes[0]["TORCHELASTIC_RUN_ID"] == nodes[1]["TORCHELASTIC_RUN_ID"] and nodes[0]["TORCHELASTIC_RUN_ID"].startswith("two-nodes-")
+    diffs = check_equals_one_process(tiny_dir, out, TWO_NODE_CASES, 2)
+    print(f"\n2 nodes x 1 rank: max |loss diff| {diffs['loss']:.2e}, max |weight diff| {diffs['weight']:.2e}")
+
+    run = str(tmp_path / "run")
+    two_nodes([os.path.join(HERE, "train.py"), *BASE, *CHANGE, "--model", tiny_dir, "--engine", "hf",
+               "--policies", "per-role", "--temperature", "1.5", "--out_dir", run, "--save_every", "1"],
+              str(tmp_path), timeout=240)
+    assert [m["step"] for m in metrics(run)] == [1, 2]
+    ck = os.path.join(run, open(os.path.join(run, "latest")).read().strip())
+    assert sorted(os.listdir(ck)) == ["planner", "tool", "trainer-rank0.pt", "trainer-rank1.pt"]
 
 
 BASE = ["--task", "plan_path", "--size", "4", "--tool_mode", "direct", "--max_turns", "2", "--K", "3",
@@ -242,8 +350,9 @@ def test_two_ranks_resume_matches_uninterrupted(tiny_dir, tmp_path):
             assert again[1][k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
 
 
-def worker(tiny_dir, out, device="cpu"):
-    """Under torchrun: every case on this rank's share, FSDP2 over all ranks; results to OUT."""
+def worker(tiny_dir, out, device="cpu", cases=None):
+    """Under torchrun: every case (or the comma-separated CASES) on this rank's share, FSDP2 over all
+    ranks; results to OUT, and where this rank ran (torchrun's env) to OUT/node-rankR.json."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -253,11 +362,14 @@ def worker(tiny_dir, out, device="cpu"):
     dist.init_process_group("cpu:gloo,cuda:nccl" if device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh(device, (world,))
-    for case in CASES:
+    keys = ("RANK", "GROUP_RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+    with open(os.path.join(out, f"node-rank{rank}.json"), "w") as f:
+        json.dump({**{k: os.environ.get(k) for k in keys}, "launcher_pid": os.getppid()}, f)
+    for case in (cases.split(",") if cases else CASES):
         res = run_case(tiny_dir, case, rank, world, mesh, out, device)
         torch.save(res, os.path.join(out, f"result-{case}-rank{rank}.pt"))
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    worker(*sys.argv[1:4])
+    worker(*sys.argv[1:5])
