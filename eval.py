@@ -3,7 +3,8 @@ same envs, same engines, no tree sampling, no learning.
 
     python eval.py --preset cpu-demo --model runs/cpu-demo/ckpt-000200 --n 200     # the demo's task settings
     python eval.py --preset cpu-demo --model tiny-model --role_model planner=runs/cpu-demo/ckpt-000200/planner
-    python eval.py --plot runs/cpu-demo            # reward and success curves -> runs/cpu-demo/curves.png
+    python eval.py --plot runs/cpu-demo            # training curves (plot.py) -> runs/cpu-demo/curves.png
+    python eval.py --plot runs/cpu-demo runs/cpu-demo-shared --out cmp.png   # several runs overlaid
     python -m pytest -q test_eval.py
 
 --model may be a plain model directory, or a checkpoint directory written by train.py holding one
@@ -141,41 +142,18 @@ def finish(args, sampler, context, dirs, t0):
     return res
 
 
-def plot(run_dir):
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        die(f"no metrics.jsonl in {run_dir}")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        die("--plot needs matplotlib (an optional dependency): pip install matplotlib")
-    ms = [json.loads(line) for line in open(path)]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for k in sorted({k for m in ms for k in m if k.startswith("reward/")}):
-        ax1.plot([m["step"] for m in ms], [m[k] for m in ms], label=k)
-    ax1.set_xlabel("step"), ax1.set_title("mean reward per role"), ax1.legend()
-    ax2.plot([m["step"] for m in ms], [m["success"] for m in ms], label="train (tree-continued episodes)")
-    ev = [m for m in ms if "eval/success" in m]
-    ax2.plot([m["step"] for m in ev], [m["eval/success"] for m in ev], "o-", label="held-out")
-    ax2.set_xlabel("step"), ax2.set_title("team success"), ax2.legend()
-    out = os.path.join(run_dir, "curves.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    print(f"wrote {out}")
-
-
 def main(argv=None):
     ap = Parser(description="Evaluate a task's workflow. See the docstring of eval.py.")
     A = ap.add_argument
-    A("--plot", default=None, help="run directory: draw its metrics.jsonl curves to curves.png and exit")
+    A("--plot", nargs="+", default=None, metavar="RUN_DIR",
+      help="run directories (or LABEL=RUN_DIR): draw their metrics.jsonl curves, overlaid, to one PNG "
+           "(--out; default RUN_DIR/curves.png for one run, ./curves.png for several) and exit; see plot.py")
     add_common_args(ap)
     A("--model", default=None, help="model dir, or a train.py checkpoint dir with one sub-dir per policy")
     A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model or adapter (repeatable)")
     A("--base", default=None, help="the base model of LoRA adapters (default: the one their adapter_config.json names)")
     A("--merge", default=None, help="adapter dir: merge it into its base, write a full HF model to --out, and exit")
-    A("--out", default=None, help="where --merge writes (default: ADAPTER_DIR-merged)")
+    A("--out", default=None, help="where --merge writes (default: ADAPTER_DIR-merged), or the PNG of --plot")
     A("--split", default="test", choices=("train", "val", "test"), help="which problems")
     A("--n", type=int, default=200, help="problems")
     A("--samples", type=int, default=None,
@@ -186,7 +164,8 @@ def main(argv=None):
     A("--json", default=None, help="write the results (with every setting) to this file")
     args = parse_args(ap, argv)
     if args.plot:
-        return plot(args.plot)
+        import plot  # plot.py draws them (matplotlib only then)
+        return plot.plot(args.plot, args.out)
     if args.merge:
         return merge(args.merge.rstrip("/"), args.out or args.merge.rstrip("/") + "-merged", args.base)
     if args.model is None:
