@@ -2,6 +2,8 @@
 
     python train.py --preset cpu-demo                     # CPU demo: tiny model learns plan_path
     python train.py --preset cpu-demo --lora_rank 8 --lr 2e-3 --out_dir runs/cpu-demo-lora   # per-role LoRA
+    python train.py --preset cpu-demo --report_to tensorboard --role_sampling tool:temperature=0.7
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 train.py ...   # each node
     torchrun --standalone --nproc_per_node 8 train.py --task plan_path --policies per-role --model Qwen/Qwen3-1.7B
     python -m pytest -q test_train.py
 
