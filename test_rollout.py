@@ -168,7 +168,7 @@ def sequential_tree_rollout(envs, sampler, K, temperature, max_tokens, rng, work
                     branches.append(b)
                     rewards.append(b.step(role, text))
                     group.append(R.Sample(p, c.ids, c.logprobs, float(rewards[-1]), key, role, sampler.route(role),
-                                          c.truncated, text))
+                                          c.truncated, text, temperature=c.temperature))
                 j = R.pick_branch(rewards, rng)
                 group[j].extra["continued"] = True
                 it[1] = branches[j]
