@@ -1,6 +1,6 @@
 """What train.py, eval.py and table.py share: presets, the flags of a task and an engine, one-line CLI
 errors, the process group and its collectives, and checkpoints (save / latest / load). Scripts import
-this and the library modules, never each other.
+this and the library modules, never each other (plot.py is such a module that also has a command line).
 
     python -m pytest -q test_train.py test_eval.py
 """
