@@ -14,7 +14,6 @@ import sys
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 import envs
 
@@ -182,8 +181,8 @@ def set_rng_states(st, streams):
 
 
 def save_checkpoint(out_dir, step, policies, tok, state, keep=2, rank=0, world=1, log=print):
-    """Rank 0 writes each policy as a Hugging Face directory (with LoRA: a peft adapter directory) (under FSDP its full weights gathered one
-    tensor at a time, every rank taking part); every rank writes its trainer state: the optimisers and
+    """Rank 0 writes each policy as a Hugging Face directory, or with LoRA a peft adapter directory (under
+    FSDP its full weights gathered one tensor at a time, every rank taking part); every rank writes its trainer state: the optimisers and
     schedulers (its shards), the step and `state` (RNG states, args). Atomic: the directory is renamed,
     then `latest` moves; only the newest `keep` checkpoints stay."""
     name = f"ckpt-{step:06d}"
@@ -195,11 +194,10 @@ def save_checkpoint(out_dir, step, policies, tok, state, keep=2, rank=0, world=1
     for policy in policies.values():
         d = os.path.join(tmp, policy.name)
         if policy.adapter:  # a peft adapter directory (its config names the base model)
-            full = {k: v.cpu() for k, v in policy.engine_weights()}  # under FSDP a collective, as below
+            full = [(k, v.cpu()) for k, v in policy.engine_weights()]  # under FSDP a collective, as below
             if rank == 0:
-                os.makedirs(d)
-                policy.lora_config.save_pretrained(d)
-                save_file(full, os.path.join(d, "adapter_model.safetensors"))
+                from policies import save_adapter  # (policies imports this module: import here)
+                save_adapter(d, policy.lora_config, full)
         elif policy.sharded:
             full = {}
             for k, v in policy.engine_weights():  # collective: every rank drains it, rank 0 keeps it

@@ -113,7 +113,7 @@ def run_eval(args):
 def run_eval_adapters(args, roles, dirs, t0):
     """LoRA adapters: one engine holds their base and every adapter; roles given the base use none."""
     from peft import LoraConfig
-    from safetensors.torch import load_file
+    from policies import read_adapter
     adapters = sorted({d for d in dirs.values() if is_adapter(d)})
     base = adapter_base(adapters, args.base)
     for r, d in dirs.items():
@@ -126,7 +126,7 @@ def run_eval_adapters(args, roles, dirs, t0):
                                  max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
                                  lora_rank=max(c.r for c in configs.values()), max_loras=len(adapters))
     for d in adapters:
-        engine.load_adapter(d, load_file(os.path.join(d, "adapter_model.safetensors")).items(), configs[d])
+        engine.load_adapter(d, read_adapter(d).items(), configs[d])
     tok = AutoTokenizer.from_pretrained(base)
     sampler = rollout.Sampler(engine, tok, lambda role: dirs[role] if is_adapter(dirs[role]) else None, None,
                               overrides=args.role_sampling)

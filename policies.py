@@ -96,21 +96,43 @@ def lora_model(model, names, rank, alpha, targets, base_name, seed=0):
         pm = get_peft_model(model, cfg, adapter_name=names[0])
         for n in names[1:]:
             pm.add_adapter(n, cfg)
-    for n, p in pm.named_parameters():  # the base frozen, every adapter trainable, always (FSDP sees one set)
-        p.requires_grad_(".lora_" in n)
+    train_adapters_only(pm)
     return pm
+
+
+def train_adapters_only(pm):
+    """The base frozen, EVERY adapter trainable, always: FSDP sees one fixed set of trainable parameters
+    (an inactive adapter gets no gradient: it takes no part in the forward)."""
+    for n, p in pm.named_parameters():
+        p.requires_grad_(".lora_" in n)
+
+
+ADAPTER_FILE = "adapter_model.safetensors"  # peft's file name: peft, transformers and vLLM read it
+
+
+def save_adapter(d, config, weights):
+    """A peft adapter directory: adapter_config.json (naming the base) + the (name, tensor) pairs."""
+    from safetensors.torch import save_file
+    os.makedirs(d, exist_ok=True)
+    config.save_pretrained(d)
+    save_file({k: v.contiguous().cpu() for k, v in weights}, os.path.join(d, ADAPTER_FILE))
+
+
+def read_adapter(d):
+    """The tensors of a peft adapter directory, by name as in its file."""
+    from safetensors.torch import load_file
+    path = os.path.join(d, ADAPTER_FILE)
+    if not os.path.isfile(path):
+        raise OSError(f"{d} holds no {ADAPTER_FILE} (not a LoRA checkpoint?)")
+    return load_file(path)
 
 
 def load_adapter_weights(pm, name, adapter_dir):
     """A peft adapter directory's weights into adapter `name` (its config must match the run's)."""
     from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-    path = os.path.join(adapter_dir, "adapter_model.safetensors")
-    if not os.path.isfile(path):
-        raise OSError(f"{adapter_dir} holds no adapter_model.safetensors (not a LoRA checkpoint?)")
-    res = set_peft_model_state_dict(pm, load_file(path), adapter_name=name)
+    res = set_peft_model_state_dict(pm, read_adapter(adapter_dir), adapter_name=name)
     if getattr(res, "unexpected_keys", None):
-        raise OSError(f"{path}: weights that fit no adapter layer, e.g. {res.unexpected_keys[0]}")
+        raise OSError(f"{adapter_dir}: weights that fit no adapter layer, e.g. {res.unexpected_keys[0]}")
 
 
 class Policy:
@@ -145,12 +167,10 @@ class Policy:
 
     def use(self):
         """Make this policy's adapter the active one (no-op without LoRA). peft's set_adapter freezes the
-        other adapters; they are made trainable again, so the set of trainable parameters never changes
-        (they get no gradient: they take no part in the forward)."""
+        other adapters: undone, so the set of trainable parameters never changes."""
         if self.adapter and self.peft.active_adapter != self.adapter:
             self.peft.set_adapter(self.adapter)
-            for n, p in self.peft.named_parameters():
-                p.requires_grad_(".lora_" in n)
+            train_adapters_only(self.peft)
 
     @property
     def lora_config(self):

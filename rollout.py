@@ -104,12 +104,10 @@ class VLLMEngine:
 
     def load_adapter(self, name, weights, config):
         """Replace policy `name`'s adapter: (name, tensor) pairs in peft's file format + its LoraConfig."""
-        from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
+        from policies import save_adapter  # the one writer of the peft format (checkpoints use it too)
         d = os.path.join(self._lora_dir, str(self._next_id))  # (name may be a path: eval.py names adapters so)
-        os.makedirs(d)
-        config.save_pretrained(d)
-        save_file({k: v.contiguous().cpu() for k, v in weights}, os.path.join(d, "adapter_model.safetensors"))
+        save_adapter(d, config, weights)
         req = LoRARequest(name, self._next_id, d)
         self._next_id += 1
         self.llm.llm_engine.add_lora(req)  # loaded now; d stays until replaced, in case vLLM re-reads it

@@ -79,16 +79,13 @@ def test_adapter_dir_is_standard_peft_and_merges(tiny_dir, tmp_path):
     import eval as E
     import policies as P
     from peft import PeftModel
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
     pm, pols = lora_policies(tiny_dir)
     with torch.no_grad():
         for p in pols["planner"].params:
             p.add_(0.2 * torch.randn_like(p))
     d = str(tmp_path / "planner")
-    os.makedirs(d)
-    pols["planner"].lora_config.save_pretrained(d)
-    save_file(dict(pols["planner"].engine_weights()), os.path.join(d, "adapter_model.safetensors"))
+    P.save_adapter(d, pols["planner"].lora_config, pols["planner"].engine_weights())
     ss = TP.make_samples(5)
     pols["planner"].use()
     with torch.no_grad():

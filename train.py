@@ -14,8 +14,8 @@ checkpoint. Where each piece lives (and what to edit for an ablation): rollout.p
 plumbing), envs.py + task_*.py (tasks, rewards, workflows), common.py (presets, flags, checkpoints).
 Simplifications, on purpose: one engine per process serves every policy (per-role weights are swapped in
 before a role generates, and the swap is timed; with --lora_rank the policies are adapters on one frozen
-base, all held by the engine at once, and only adapters move after an update); one epoch over each step's samples; old log-probs are
-recomputed by the trainer; no value model, no KL unless --kl_coef > 0.
+base, all held by the engine at once, and only adapters move after an update); one epoch over each step's
+samples; old log-probs are recomputed by the trainer; no value model, no KL unless --kl_coef > 0.
 Data parallel (torchrun, one GPU per rank): each rank plays its own slice of the step's problems on its
 own in-process vLLM engine (groups never cross ranks) and trains FSDP2-sharded policies; gradients are
 summed over ranks with the token count all-reduced, so the loss equals the 1-process loss. After each
@@ -103,8 +103,8 @@ def get_args(argv=None):
     for flag in ("steps", "problems", "mini_batches", "micro_tokens", "env_workers"):
         if getattr(args, flag) <= 0:
             die(f"--{flag} must be positive, got {getattr(args, flag)}")
-    if track.check(args.report_to):
-        die(track.check(args.report_to))
+    if err := track.check(args.report_to):
+        die(err)
     if args.lora_rank < 0 or args.lora_rank > 512:
         die(f"--lora_rank must be in 0..512, got {args.lora_rank}")
     args.lora_alpha = 2.0 * args.lora_rank if args.lora_alpha is None else args.lora_alpha
@@ -163,8 +163,8 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
 def push_weights(engine, sampler, policies, dtype, replicas, world):
     """New weights to the engine, at a point every rank reaches. With LoRA only the adapters move (all of
     them, every rank in the same order: under FSDP each tensor is gathered). One policy streams straight
-    in, a tensor at a time. Per-role, the sampler pulls each policy right before its role generates, and ranks reach
-    those pulls differently (their episodes end at different turns): under FSDP a pull would be a
+    in, a tensor at a time. Per-role, the sampler pulls each policy right before its role generates, and
+    ranks reach those pulls differently (their episodes end at different turns): under FSDP a pull would be a
     collective and hang, so with several ranks each policy's full weights are gathered here, all ranks
     together, into a per-rank copy in the engine's dtype (`replicas`) that the pulls read."""
     if sampler.weights is None:
