@@ -6,9 +6,11 @@ groups train only its own model.
 
 Log-probs: the K samples of a tree group share their prompt, so it is computed once per group: prompt
 and K responses go in ONE row whose attention mask lets each response see the prompt and itself only
-(shared_prompt_logprobs; sdpa, i.e. CPU), many such rows per micro-batch. Under flash-attention (GPU)
-a micro-batch is one padding-free packed row of whole sequences instead. Logits are divided by the sampling
-temperature, as the sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
+(shared_prompt_logprobs). With flex_attention (--attention, CUDA) every group of a micro-batch is packed
+into one row under a block mask, so masked blocks cost nothing; with sdpa (CPU, or --attention sdpa)
+each group is a row with a dense [L, L] mask. Under flash-attention a micro-batch is one padding-free
+packed row of whole sequences instead. lm_head runs in chunks of tokens (token_logprobs): the
+[tokens, vocab] logits never exist at once. Logits are divided by the sampling temperature, as the sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
 per-layer hooks and gradient checkpointing need. Each sample's logits are divided by ITS sampling
 temperature (`sample.temperature`: per-role sampling may mix several in one policy), else by the
 `temperature` passed in.
@@ -39,6 +41,7 @@ import warnings
 from types import SimpleNamespace
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from common import all_reduce_
 
@@ -55,13 +58,13 @@ class LogProbs(torch.nn.Module):
     """The module FSDP wraps as its root: one call = the log-probs of one micro-batch, so the root's
     parameters (embeddings, final norm, lm_head) are gathered around the whole computation."""
 
-    def __init__(self, model):
+    def __init__(self, model, chunk=None):
         super().__init__()
-        self.lm = model
+        self.lm, self.chunk = model, chunk or LOGP_CHUNK
 
     def forward(self, samples, temperature, device):
         # clone: FSDP warns about returned views (in-place ops on them would skip its hooks)
-        return [lp.clone() for lp in logprobs(self.lm, samples, temperature, device)]
+        return [lp.clone() for lp in logprobs(self.lm, samples, temperature, device, self.chunk)]
 
 
 def shard(net, mesh, bf16):
@@ -137,16 +140,17 @@ def load_adapter_weights(pm, name, adapter_dir):
 
 class Policy:
     def __init__(self, name, model, lr, weight_decay, warmup, total_steps, schedule="constant", ref=None,
-                 mesh=None, bf16=False, grad_ckpt=False, peft=None, net=None):
+                 mesh=None, bf16=False, grad_ckpt=False, peft=None, net=None, logp_chunk=None):
         """mesh: a 1-D device mesh to shard the model over with FSDP2 (None: a plain model).
         peft: the PeftModel from lora_model() when `model` carries adapters (this policy's is `name`);
-        net: the LogProbs module every adapter of that base shares (already sharded when mesh is set)."""
+        net: the LogProbs module every adapter of that base shares (already sharded when mesh is set).
+        logp_chunk: tokens per lm_head chunk of the log-probs (token_logprobs)."""
         self.name, self.model, self.ref, self.peft = name, model, ref, peft
         self.adapter = name if peft is not None else None
         if grad_ckpt and net is None:  # recompute each layer in backward: activations of one layer at a time
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.sharded = mesh is not None
-        self.net = net if net is not None else LogProbs(model)
+        self.net = net if net is not None else LogProbs(model, logp_chunk)
         if self.sharded and net is None:
             shard(self.net, mesh, bf16)
         if self.adapter:  # only this adapter's A and B matrices: gradients and AdamW state for nothing else
@@ -211,7 +215,7 @@ class Policy:
 def shares_prompt(model):
     """Whether a tree group's prompt is computed once (a custom attention mask; sdpa takes one) or
     repeated per sample (flash-attention's padding-free packed row takes no mask)."""
-    return getattr(model.config, "_attn_implementation", None) == "sdpa"
+    return getattr(model.config, "_attn_implementation", None) in ("sdpa", "flex_attention")
 
 
 def pack(samples, max_tokens, shared=True):
@@ -248,24 +252,88 @@ def temperatures(samples, default):
     return [getattr(s, "temperature", 0.0) or default for s in samples]
 
 
-def logprobs(model, samples, temperature, device):
+LOGP_CHUNK = 1024  # tokens per lm_head chunk (--logp_chunk): ~4 x chunk x vocab x 4 bytes live at once
+
+
+def token_logprobs(head, hidden, targets, temps, chunk=LOGP_CHUNK):
+    """log softmax(head(h) / T)[target] for every row of hidden [N, H], `chunk` rows at a time.
+
+    The [N, vocab] logits never exist at once: each chunk's logits are made in the model's dtype, taken
+    to fp32 for the log-sum-exp, and dropped; with gradients on, a chunk is a checkpoint, so backward
+    recomputes its logits instead of keeping them (at a 152k vocabulary, 8k tokens of fp32 logits are
+    5 GB, and log_softmax and the gradients each add as much again)."""
+    def part(h, tgt, t):
+        logits = head(h).float() / t[:, None]
+        return logits.gather(-1, tgt[:, None])[:, 0] - torch.logsumexp(logits, -1)
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    out = []
+    for i in range(0, len(targets), chunk):
+        args = (hidden[i: i + chunk], targets[i: i + chunk], temps[i: i + chunk])
+        out.append(checkpoint(part, *args, use_reentrant=False) if grad else part(*args))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def flex_ok(model, device):
+    """flex_attention (a block-sparse mask: masked blocks are skipped) runs a training step where torch
+    has it and can differentiate it (CUDA; torch 2.13 has no flex backward on the CPU) and the model
+    class supports it."""
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return torch.device(device).type == "cuda" and getattr(model, "_supports_flex_attn", False)
+
+
+def set_attention(model, choice, device):
+    """--attention: "flex" = flex_attention block masks (an error where flex_ok says no), "sdpa" = the
+    model's own kernel with dense masks, "auto" = flex where flex_ok, else sdpa. Call before sharding."""
+    if choice == "sdpa" or (choice == "auto" and not flex_ok(model, device)):
+        return
+    if not flex_ok(model, device):
+        raise ValueError(f"--attention flex needs torch's flex_attention with a backward (CUDA here, not {device}) "
+                         f"and a model class that supports it ({type(model).__name__})")
+    model.set_attn_implementation("flex_attention")
+    import torch._dynamo.config as dc  # compiled once per (bucketed) row length: allow that many
+    for k in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dc, k):
+            setattr(dc, k, max(getattr(dc, k), 64))
+
+
+def attention_path(model):
+    """What a log-prob forward of `model` does, in words (train.py logs it)."""
+    impl = getattr(model.config, "_attn_implementation", None)
+    return {"flex_attention": "flex_attention: each micro-batch is one packed row of tree groups, masked blocks skipped",
+            "sdpa": "sdpa: one row per tree group with a dense [L, L] mask (prompt computed once)"}.get(
+        impl, f"{impl}: padding-free packed rows, the prompt repeated per sample")
+
+
+def logprobs(model, samples, temperature, device, chunk=LOGP_CHUNK):
     """Per-sample response log-probs of a micro-batch from pack(), in the order of `samples`."""
     if shares_prompt(model):
-        return shared_prompt_logprobs(model, samples, temperature, device)
-    return response_logprobs(model, samples, temperature, device)
+        return shared_prompt_logprobs(model, samples, temperature, device, chunk)
+    return response_logprobs(model, samples, temperature, device, chunk)
 
 
-def shared_prompt_logprobs(model, samples, temperature, device):
+def _bucket(n):
+    """Packed flex rows are padded to few lengths: flex_attention is compiled once per shape."""
+    return max(128, 1 << (n - 1).bit_length()) if n <= 1024 else -(-n // 1024) * 1024
+
+
+def shared_prompt_logprobs(model, samples, temperature, device, chunk=LOGP_CHUNK):
     """One row per distinct prompt: the prompt once, then every response that shares it (a tree group's
-    K samples). The attention mask lets each response see the prompt and its own earlier tokens only;
-    its positions continue from the prompt's. Saves (K - 1) prompt forwards and backwards per group:
-    most of the compute when responses are short. Rows are right-padded; padding sees only padding
-    (no empty softmax row) and nothing real sees it."""
-    rows = {}
+    K samples). Each response sees the prompt and its own earlier tokens only; its positions continue
+    from the prompt's. Saves (K - 1) prompt forwards and backwards per group: most of the compute when
+    responses are short. sdpa: rows right-padded, a dense [L, L] boolean mask each (padding sees only
+    padding, so no softmax row is empty, and nothing real sees it). flex_attention: every row of the
+    micro-batch is packed into ONE row (padded to a bucketed length) under a block mask built from the
+    segments (group, and prompt / response k), so the kernel skips blocks no token may see: with K long
+    responses that is most of the [L, L] square."""
+    flex = getattr(model.config, "_attn_implementation", None) == "flex_attention"
+    groups = {}
     for i, s in enumerate(samples):
-        rows.setdefault(tuple(s.prompt_ids), []).append(i)
+        groups.setdefault(tuple(s.prompt_ids), []).append(i)
     built = []
-    for P, idx in rows.items():
+    for P, idx in groups.items():
         n = len(P) - 1
         ids, pos, seg, starts = list(P[:-1]), list(range(n)), [0] * n, []
         for k, i in enumerate(idx):  # response k's input: last prompt token + response[:-1]
@@ -275,35 +343,57 @@ def shared_prompt_logprobs(model, samples, temperature, device):
             pos += range(n, n + len(q))
             seg += [k + 1] * len(q)
         built.append((ids, pos, seg, starts, idx))
-    B, L = len(built), max(len(b[0]) for b in built)
+    if flex:  # one row: group g's tokens carry doc g; offsets shift each group's starts
+        ids, pos, seg, doc, rows = [], [], [], [], []
+        for g, (i_, p_, s_, st, idx) in enumerate(built):
+            rows.append((0, [len(ids) + t for t in st], idx))
+            ids, pos, seg, doc = ids + i_, pos + p_, seg + s_, doc + [g] * len(i_)
+        built_rows = [(ids, pos, seg)]
+        B, L = 1, _bucket(len(ids))
+    else:
+        rows = [(b, st, idx) for b, (_, _, _, st, idx) in enumerate(built)]
+        built_rows = [(i_, p_, s_) for i_, p_, s_, _, _ in built]
+        B, L = len(built), max(len(b[0]) for b in built)
     ids_t = torch.zeros((B, L), dtype=torch.long)
     pos_t = torch.zeros((B, L), dtype=torch.long)
     seg_t = torch.full((B, L), -1)
+    for b, (ids, pos, seg) in enumerate(built_rows):
+        ids_t[b, : len(ids)], pos_t[b, : len(ids)], seg_t[b, : len(ids)] = (torch.tensor(v) for v in (ids, pos, seg))
+    seg_t = seg_t.to(device)
+    if flex:
+        from torch.nn.attention.flex_attention import create_block_mask
+        doc_t = torch.full((L,), -1, device=device)
+        doc_t[: len(doc)] = torch.tensor(doc, device=device)
+        sg = seg_t[0]
+
+        def visible(b, h, q, kv):  # causal, same group, and the prompt or the same response
+            return (kv <= q) & (doc_t[q] == doc_t[kv]) & ((sg[q] == sg[kv]) | (sg[kv] == 0))
+        mask = create_block_mask(visible, None, None, L, L, device=device)
+    else:
+        mask = torch.ones(L, L, dtype=torch.bool, device=device).tril() & (
+            (seg_t[:, :, None] == seg_t[:, None, :]) | (seg_t[:, None, :] == 0))  # causal; own response or prompt
+        mask = mask[:, None]
+    hidden = model.model(input_ids=ids_t.to(device), position_ids=pos_t.to(device), attention_mask=mask,
+                         use_cache=False).last_hidden_state
     where, tgt, temp = [], [], []  # (row, position) of every response token's prediction, its target, its temperature
     ts = temperatures(samples, temperature)
-    for b, (ids, pos, seg, starts, idx) in enumerate(built):
-        ids_t[b, : len(ids)], pos_t[b, : len(ids)], seg_t[b, : len(ids)] = (torch.tensor(v) for v in (ids, pos, seg))
+    for b, starts, idx in rows:
         for st, i in zip(starts, idx):
             where += [(b, t) for t in range(st, st + len(samples[i].response_ids))]
             tgt += samples[i].response_ids
             temp += [ts[i]] * len(samples[i].response_ids)
-    seg_t = seg_t.to(device)
-    mask = torch.ones(L, L, dtype=torch.bool, device=device).tril() & (
-        (seg_t[:, :, None] == seg_t[:, None, :]) | (seg_t[:, None, :] == 0))  # causal; own response or prompt
-    hidden = model.model(input_ids=ids_t.to(device), position_ids=pos_t.to(device), attention_mask=mask[:, None],
-                         use_cache=False).last_hidden_state
     bt = torch.tensor(where, device=device)
-    logits = model.lm_head(hidden[bt[:, 0], bt[:, 1]]).float() / torch.tensor(temp, device=device)[:, None]
-    lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tgt, device=device)[:, None])[:, 0]
+    lp = token_logprobs(model.lm_head, hidden[bt[:, 0], bt[:, 1]], torch.tensor(tgt, device=device),
+                        torch.tensor(temp, device=device), chunk)
     out, o = [None] * len(samples), 0
-    for _, _, _, _, idx in built:
+    for _, _, idx in rows:
         for i in idx:
             out[i] = lp[o: o + len(samples[i].response_ids)]
             o += len(samples[i].response_ids)
     return out
 
 
-def response_logprobs(model, samples, temperature, device):
+def response_logprobs(model, samples, temperature, device, chunk=LOGP_CHUNK):
     """Log-prob of each response token under `model`, one forward. Returns a list of 1-D tensors.
 
     With flash-attention (GPU) the micro-batch is one packed row: sequences concatenated, position ids
@@ -326,13 +416,11 @@ def response_logprobs(model, samples, temperature, device):
             att[b, : len(q)] = 1
         hidden = model.model(input_ids=ids.to(device), attention_mask=att.to(device), use_cache=False).last_hidden_state
         rows = [hidden[b] for b in range(len(seqs))]
-    out = []
-    for s, h, t in zip(samples, rows, temperatures(samples, temperature)):
-        P, R = len(s.prompt_ids), len(s.response_ids)
-        logits = model.lm_head(h[P - 1: P + R - 1]).float() / t  # only rows predicting the response
-        tgt = torch.tensor(s.response_ids, device=device)
-        out.append(torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0])
-    return out
+    ts = temperatures(samples, temperature)
+    h = torch.cat([r[len(s.prompt_ids) - 1: len(s.prompt_ids) + len(s.response_ids) - 1] for s, r in zip(samples, rows)])
+    tgt = torch.tensor([t for s in samples for t in s.response_ids], device=device)
+    temp = torch.tensor([t for s, t in zip(samples, ts) for _ in s.response_ids], device=device, dtype=torch.float32)
+    return list(torch.split(token_logprobs(model.lm_head, h, tgt, temp, chunk), [len(s.response_ids) for s in samples]))
 
 
 _DUMMY = [SimpleNamespace(prompt_ids=[0], response_ids=[0], advantage=0.0, extra={})]
@@ -367,34 +455,61 @@ def ref_logprobs(policy, mb, temperature, device):
     return [response_logprobs(policy.ref, [s], temperature, device)[0] for s in mb]
 
 
+def tis_weights(mb, old, cap, temperature, acc):
+    """Per-token min(exp(trainer logp - sampler logp), cap) of a micro-batch (1 where the sampler gave
+    no log-probs, or sampled greedily); acc += (weight sum, token count) and max(uncapped ratio)."""
+    samp = torch.cat([torch.tensor(s.logprobs if s.logprobs and temperature > 0 else [float("nan")] * len(s.response_ids),
+                                   dtype=torch.float32) for s in mb]).to(old.device)
+    ratio = torch.exp(old.float() - samp).nan_to_num(1.0)
+    w = ratio.clamp(max=cap)
+    acc[0] += w.sum().item()
+    acc[1] += w.numel()
+    acc[2] = max(acc[2], ratio.max().item() if ratio.numel() else 0.0)
+    return w.to(old.dtype)
+
+
 def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=4096, mini_batches=1,
-           grad_clip=1.0, kl_coef=0.0, skip_zero_adv=True):
+           grad_clip=1.0, kl_coef=0.0, skip_zero_adv=True, tis_cap=0.0):
     """One update of `policy` on its samples (sample.advantage already set) with `loss_fn` (the
     objective: loss.ppo_clip, or anything with its contract). Returns metrics summed/maxed over ranks:
     loss, grad_norm, logp_gap, skipped_steps, samples, and every stat loss_fn returns as a token-mean
     (those of the union of the ranks' samples). kl_coef > 0: reference log-probs are computed
     (ref_logprobs) and no sample is skipped. Every rank must call it for every
-    policy, in the same order, even with no samples."""
+    policy, in the same order, even with no samples.
+
+    Old log-probs: with one mini-batch nothing has moved the weights before the training forward, so
+    they ARE its log-probs, detached (as TRL does); a separate no-grad pass runs only with several
+    mini-batches, where later ones must see the weights of before the first step. logp_gap (sampler vs
+    trainer) is measured on the samples whose log-probs the trainer computes.
+    tis_cap C > 0: truncated importance sampling for the sampler/trainer mismatch: each token's advantage
+    is weighted by min(exp(old_logp - sampler_logp), C) (detached; 1 where the sampler gave no log-probs)."""
     model, net, sharded = policy.model, policy.net, policy.sharded
     m = {"samples": len(samples), "skipped_steps": 0, "loss": 0.0, "grad_norm": 0.0, "logp_gap": 0.0}
     # the names of loss_fn's stats, from the function itself on no tokens: every rank reduces the same
     # names in the same order, also a rank with no samples
     names = sorted(loss_fn(*(torch.zeros(0, device=device),) * 3, [], 1.0)[1])
     stats = dict.fromkeys(names, 0.0)  # name -> token-mean, averaged over mini-batches
+    tis = [0.0, 0.0, 0.0]  # weight sum, token count, largest uncapped ratio
+    n_mini = max(1, mini_batches)
+    separate_old = n_mini > 1
     policy.use()
     model.eval()
-    # old log-probs, recomputed by the trainer before any optimiser step (and the sampler/trainer gap)
-    with torch.no_grad():
-        for mb in lockstep(list(pack(samples, micro_tokens, shares_prompt(model))), sharded):
-            lps = net(mb or _DUMMY, temperature, device)
-            refs = ref_logprobs(policy, mb, temperature, device) if kl_coef > 0 else None
-            for i, (s, lp) in enumerate(zip(mb or [], lps)):
-                s.extra["old_logp"] = lp
-                if refs is not None:
-                    s.extra["ref_logp"] = refs[i]
-                if s.logprobs and temperature > 0:
-                    gap = (lp.cpu() - torch.tensor(s.logprobs, dtype=torch.float32)).abs().max().item()
-                    m["logp_gap"] = max(m["logp_gap"], gap)
+
+    def gap(s, lp):  # sampler vs trainer, on this sample's tokens
+        if s.logprobs and temperature > 0:
+            d = (lp.detach().cpu() - torch.tensor(s.logprobs, dtype=torch.float32)).abs().max().item()
+            m["logp_gap"] = max(m["logp_gap"], d)
+    # before any optimiser step: the old log-probs (several mini-batches) and the KL reference's
+    if separate_old or kl_coef > 0:
+        with torch.no_grad():
+            for mb in lockstep(list(pack(samples, micro_tokens, shares_prompt(model))), sharded):
+                if separate_old:
+                    for s, lp in zip(mb or [], net(mb or _DUMMY, temperature, device)):
+                        s.extra["old_logp"] = lp
+                        gap(s, lp)
+                refs = ref_logprobs(policy, mb, temperature, device) if kl_coef > 0 else None
+                for s, ref in zip(mb or [], refs or []):
+                    s.extra["ref_logp"] = ref
     settle(policy)
     model.train()
     # mini-batches of whole groups (a group's samples share a prompt: computed once), shuffled; every
@@ -404,7 +519,6 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
         groups.setdefault(tuple(s.prompt_ids), []).append(s)
     groups = list(groups.values())
     rng.shuffle(groups)
-    n_mini = max(1, mini_batches)
     minis = [[s for g in groups[k::n_mini] for s in g] for k in range(n_mini)]
     for mini in minis:
         denom = all_reduce_(torch.tensor(float(sum(len(s.response_ids) for s in mini)))).item()
@@ -421,10 +535,16 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
             if mb is None:  # joins the layers' collectives, adds nothing
                 (torch.cat(lps).sum() * 0.0).backward()
                 continue
+            if not separate_old:
+                for s, lp in zip(mb, lps):
+                    s.extra["old_logp"] = lp.detach()
+                    gap(s, lp)
             ref = torch.cat([s.extra["ref_logp"] for s in mb]) if "ref_logp" in mb[0].extra else None
-            loss, st = loss_fn(torch.cat(lps), torch.cat([s.extra["old_logp"] for s in mb]),
-                               torch.cat([torch.full((len(s.response_ids),), s.advantage, device=device) for s in mb]),
-                               [len(s.response_ids) for s in mb], denom, ref_logp=ref)
+            old = torch.cat([s.extra["old_logp"] for s in mb])
+            adv = torch.cat([torch.full((len(s.response_ids),), s.advantage, device=device) for s in mb])
+            if tis_cap > 0:
+                adv = adv * tis_weights(mb, old, tis_cap, temperature, tis)
+            loss, st = loss_fn(torch.cat(lps), old, adv, [len(s.response_ids) for s in mb], denom, ref_logp=ref)
             loss.backward()
             loss_sum += loss.item()
             for k, v in st.items():
@@ -450,6 +570,9 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     policy.sched.step()  # once per training step, not per mini-batch: --warmup and --steps count steps
     model.eval()
     m["logp_gap"] = all_reduce_(torch.tensor(m["logp_gap"]), "max").item()
+    if tis_cap > 0:
+        w, n = all_reduce_(torch.tensor(tis[:2], dtype=torch.float64)).tolist()
+        m["tis/weight_mean"], m["tis/ratio_max"] = w / max(n, 1.0), all_reduce_(torch.tensor(tis[2]), "max").item()
     for s in samples:
         s.extra.clear()
     return {**m, **stats}

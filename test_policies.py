@@ -213,3 +213,144 @@ def test_each_sample_is_divided_by_its_own_temperature(tiny_dir):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
         torch.testing.assert_close(c, a, atol=1e-5, rtol=0)
     assert max((a - b).abs().max().item() for a, b, s in zip(alone, at_one, ss) if s.temperature != 1.0) > 1e-2
+
+
+# --- the update at the paper's shapes: chunked log-probs, flex block masks, old log-probs, TIS ---
+
+def test_chunked_token_logprobs_equal_the_full_matrix():
+    """token_logprobs never builds the [tokens, vocab] matrix; values and gradients (hidden and lm_head)
+    equal log_softmax over the whole matrix, per-token temperatures included."""
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(16, 300, bias=False)
+    h = torch.randn(37, 16, generator=g, requires_grad=True)
+    tgt = torch.randint(0, 300, (37,), generator=g)
+    temp = torch.tensor([0.5, 1.0, 1.7])[torch.arange(37) % 3]
+    full = torch.log_softmax(head(h).float() / temp[:, None], -1).gather(-1, tgt[:, None])[:, 0]
+    w = torch.randn(37, generator=g)
+    gh, gw = torch.autograd.grad((full * w).sum(), (h, head.weight))
+    for chunk in (1, 5, 37, 1000):
+        lp = P.token_logprobs(head, h, tgt, temp, chunk)
+        torch.testing.assert_close(lp, full, atol=1e-5, rtol=0)
+        ch, cw = torch.autograd.grad((lp * w).sum(), (h, head.weight))
+        torch.testing.assert_close(ch, gh, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cw, gw, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["shared", "padded"])
+def test_both_paths_give_the_same_values_and_gradients_in_chunks(tiny_dir, path):
+    pol = new_policy(tiny_dir)
+    ss = make_samples(16)
+    for i, s in enumerate(ss):
+        s.temperature = (0.5, 1.0, 1.7)[i % 3]
+    fn = P.shared_prompt_logprobs if path == "shared" else P.response_logprobs
+    out = []
+    for chunk in (10 ** 6, 3):  # one chunk (the whole matrix at once) vs many
+        pol.model.zero_grad()
+        lps = fn(pol.model, ss, 1.0, "cpu", chunk)
+        torch.cat([lp * (i + 1) for i, lp in enumerate(lps)]).sum().backward()
+        out.append((lps, torch.cat([p.grad.flatten() for p in pol.model.parameters()])))
+    for a, b in zip(out[0][0], out[1][0]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert out[0][1].abs().max() > 1e-4
+    scale = out[0][1].abs().max().item()  # fp32 sums in another order: relative to the largest entry
+    torch.testing.assert_close(out[0][1], out[1][1], atol=1e-6 * scale, rtol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_flex_block_mask_rows_equal_dense_mask_rows(tiny_dir, device):
+    """flex_attention (one packed row per micro-batch, block mask from the segments) gives the dense-mask
+    path's log-probs; gradients too where torch can differentiate flex (CUDA; not the CPU in torch 2.13)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from transformers import AutoModelForCausalLM
+    dense = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).to(device)
+    flex = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).to(device)
+    flex.set_attn_implementation("flex_attention")
+    assert P.shares_prompt(flex) and "flex" in P.attention_path(flex) and "dense" in P.attention_path(dense)
+    ss = make_samples(20)
+    random.Random(2).shuffle(ss)
+    for i, s in enumerate(ss):
+        s.temperature = (0.5, 1.0, 1.7)[i % 3]
+    grad = device == "cuda"
+    with torch.set_grad_enabled(grad):
+        a = P.shared_prompt_logprobs(dense, ss, 1.0, device)
+        b = P.shared_prompt_logprobs(flex, ss, 1.0, device)
+    assert len({tuple(s.prompt_ids) for s in ss}) > 2
+    for x, y in zip(a, b):
+        torch.testing.assert_close(y, x, atol=1e-5, rtol=0)
+    if grad:
+        w = [torch.rand_like(x) for x in a]
+        sum((x * v).sum() for x, v in zip(a, w)).backward()
+        sum((y * v).sum() for y, v in zip(b, w)).backward()
+        for p, q in zip(dense.parameters(), flex.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
+    elif not P.flex_ok(flex, device):  # --attention flex is refused where it cannot train
+        with pytest.raises(ValueError, match="flex"):
+            P.set_attention(dense, "flex", device)
+
+
+def test_one_mini_batch_takes_old_logprobs_from_the_training_forward(tiny_dir, monkeypatch):
+    """One mini-batch: no separate old-log-prob pass (one forward per micro-batch of live samples), and
+    the gradient is the policy gradient -sum(A * grad logp) / tokens (ratio 1). Two mini-batches keep the
+    pass (later mini-batches need the weights of before the first step)."""
+    ss = make_samples(24)
+    live = [s for s in ss if s.advantage != 0.0]
+    calls = []
+    real = P.LogProbs.forward
+    monkeypatch.setattr(P.LogProbs, "forward", lambda self, mb, *a: calls.append(len(mb)) or real(self, mb, *a))
+    pol = new_policy(tiny_dir)
+    update(pol, [Sample(**{k: getattr(s, k) for k in s.__dataclass_fields__}) for s in ss], args(grad_clip=1e9))
+    assert sum(calls) == len(live)  # every live sample forwarded once, nothing else
+    got = torch.cat([p.grad.flatten() for p in pol.model.parameters()])
+    ref = new_policy(tiny_dir)
+    denom = sum(len(s.response_ids) for s in ss)
+    lps = P.shared_prompt_logprobs(ref.model, live, 0.9, "cpu")
+    (-sum((lp * s.advantage).sum() for lp, s in zip(lps, live)) / denom).backward()
+    want = torch.cat([p.grad.flatten() for p in ref.model.parameters()])
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
+    calls.clear()
+    update(new_policy(tiny_dir), [Sample(**{k: getattr(s, k) for k in s.__dataclass_fields__}) for s in ss],
+           args(mini_batches=2))
+    assert sum(calls) == len(ss) + len(live)  # the separate pass over every sample, then the live ones
+
+
+def test_truncated_importance_sampling(tiny_dir):
+    """--tis_cap C: each token's advantage times min(exp(trainer - sampler log-prob), C). Equal log-probs:
+    the same gradient as without it; different: the weights applied and capped, their mean and max logged."""
+    ss = make_samples(12)
+    live = [s for s in ss if s.advantage != 0.0]
+    ref = new_policy(tiny_dir)
+    with torch.no_grad():
+        trainer = P.shared_prompt_logprobs(ref.model, ss, 0.9, "cpu")
+    for s, lp in zip(ss, trainer):
+        s.logprobs = lp.tolist()
+
+    def grads(cap, samples):
+        pol = new_policy(tiny_dir)
+        copies = [Sample(**{k: getattr(s, k) for k in s.__dataclass_fields__}) for s in samples]
+        m = update_tis(pol, copies, cap)
+        return m, torch.cat([p.grad.flatten() for p in pol.model.parameters()])
+
+    def update_tis(pol, samples, cap):
+        a = args()
+        return P.update(pol, samples, "cpu", random.Random(0), functools.partial(L.ppo_clip), a.temperature,
+                        a.micro_tokens, 1, a.grad_clip, 0.0, tis_cap=cap)
+    m0, g0 = grads(0.0, ss)
+    m1, g1 = grads(2.0, ss)
+    torch.testing.assert_close(g1, g0, atol=1e-6, rtol=1e-4)
+    assert m1["tis/weight_mean"] == pytest.approx(1.0, abs=1e-5) and "tis/weight_mean" not in m0
+    # the sampler was 5 nats less likely on even tokens (ratio e^5, capped at 2), 0.5 more on odd ones
+    shift = lambda n: torch.tensor([5.0 if t % 2 == 0 else -0.5 for t in range(n)])
+    for s, lp in zip(ss, trainer):
+        s.logprobs = (lp - shift(len(lp))).tolist()
+    m2, g2 = grads(2.0, ss)
+    ref.model.zero_grad()
+    denom = sum(len(s.response_ids) for s in ss)
+    lps = P.shared_prompt_logprobs(ref.model, live, 0.9, "cpu")
+    wts = lambda n: torch.tensor([2.0 if t % 2 == 0 else math.exp(-0.5) for t in range(n)])
+    (-sum((lp * s.advantage * wts(len(lp))).sum() for lp, s in zip(lps, live)) / denom).backward()
+    want = torch.cat([p.grad.flatten() for p in ref.model.parameters()])
+    torch.testing.assert_close(g2, want, atol=1e-6, rtol=1e-4)
+    n = [len(s.response_ids) for s in live]
+    assert m2["tis/weight_mean"] == pytest.approx(sum(wts(k).sum().item() for k in n) / sum(n), rel=1e-4)
+    assert m2["tis/ratio_max"] == pytest.approx(math.exp(5.0), rel=1e-4)

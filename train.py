@@ -77,6 +77,13 @@ def get_args(argv=None):
     A("--kl_coef", type=float, default=0.0, help="k3 KL to the frozen initial model (0: off, no ref model)")
     A("--mini_batches", type=int, default=1, help="optimiser steps per policy per training step")
     A("--micro_tokens", type=int, default=8192, help="tokens per packed micro-batch (gradient accumulation)")
+    A("--logp_chunk", type=int, default=1024, help="tokens per lm_head chunk of the log-probs: the [tokens, vocab] "
+                                                   "logits never exist at once (backward recomputes a chunk's)")
+    A("--attention", default="auto", choices=("auto", "flex", "sdpa"),
+      help="trainer attention: flex = flex_attention block masks (masked blocks skipped; CUDA), sdpa = dense "
+           "masks, auto = flex where it can train, else sdpa")
+    A("--tis_cap", type=float, default=0.0, help="C > 0: truncated importance sampling, each token's advantage times "
+                                                 "min(exp(trainer - sampler log-prob), C) (0: off)")
     A("--std_norm", type=int, default=1, choices=(0, 1), help="1: A = (r - mean)/(std + eps); 0: A = r - mean")
     # ---- memory and data parallel
     A("--gpu_memory_utilization", type=float, default=0.4, help="vLLM GPU memory share (cuda)")
@@ -100,7 +107,7 @@ def get_args(argv=None):
     args = parse_args(ap, argv)
     if args.K < 2:
         die(f"--K must be >= 2 (a group needs at least two samples), got {args.K}")
-    for flag in ("steps", "problems", "mini_batches", "micro_tokens", "env_workers"):
+    for flag in ("steps", "problems", "mini_batches", "micro_tokens", "logp_chunk", "env_workers"):
         if getattr(args, flag) <= 0:
             die(f"--{flag} must be positive, got {getattr(args, flag)}")
     if err := track.check(args.report_to):
@@ -110,6 +117,8 @@ def get_args(argv=None):
     args.lora_alpha = 2.0 * args.lora_rank if args.lora_alpha is None else args.lora_alpha
     if args.temperature <= 0:
         die(f"--temperature must be > 0 for training, got {args.temperature}")
+    if args.tis_cap < 0:
+        die(f"--tis_cap must be >= 0 (0: off), got {args.tis_cap}")
     if args.model != "tiny" and not os.path.isdir(args.model):
         if args.model.count("/") != 1 or args.model.startswith((".", "/", "~")):  # not a hub id either
             die(f"model path {args.model!r} does not exist")
@@ -134,6 +143,7 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
     dtype = getattr(torch, args.dtype)
     if args.lora_rank:
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if args.fsdp else dtype).eval()
+        P.set_attention(base, args.attention, device)
         if args.grad_ckpt:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         targets = args.lora_targets if args.lora_targets == "all-linear" else args.lora_targets.split(",")
@@ -145,7 +155,7 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
         for name in names if ckpt else ():
             P.load_adapter_weights(pm, name, os.path.join(ckpt, name))
         pm.to(device)
-        net = P.LogProbs(base)
+        net = P.LogProbs(base, args.logp_chunk)
         if mesh is not None:
             P.shard(net, mesh, args.dtype == "bfloat16")
         return {name: P.Policy(name, base, args.lr, args.weight_decay, args.warmup, args.steps, args.lr_schedule,
@@ -154,9 +164,11 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
     for name in names:
         src = os.path.join(ckpt, name) if ckpt else model_dir
         model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32 if args.fsdp else dtype).to(device).eval()
+        P.set_attention(model, args.attention, device)
         ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval() if args.kl_coef > 0 else None
         policies[name] = P.Policy(name, model, args.lr, args.weight_decay, args.warmup, args.steps, args.lr_schedule,
-                                  ref, mesh=mesh, bf16=args.dtype == "bfloat16", grad_ckpt=bool(args.grad_ckpt))
+                                  ref, mesh=mesh, bf16=args.dtype == "bfloat16", grad_ckpt=bool(args.grad_ckpt),
+                                  logp_chunk=args.logp_chunk)
     return policies
 
 
@@ -356,7 +368,10 @@ def main(argv=None):
         policies = load_policies(args, model_dir, P.policy_names(roles, args.policies), ckpt, device, mesh)
     except OSError as e:
         die(f"cannot load model {args.model!r}: {str(e).splitlines()[0]}")
+    except ValueError as e:  # e.g. --attention flex where it cannot train
+        die(str(e).splitlines()[0])
     max_prompt_tokens = prompt_budget(args, next(iter(policies.values())).model.config, log)
+    log(f"trainer log-probs: {P.attention_path(next(iter(policies.values())).model)}, lm_head in chunks of {args.logp_chunk} tokens")
     start, saved = 0, None
     if ckpt:
         saved = load_checkpoint(ckpt, policies, rank, world)
@@ -418,7 +433,7 @@ def main(argv=None):
             engine.sleep()
         updates = {name: P.update(policy, [s for s in samples if s.policy == name], device, streams["shuffle"],
                                   objective, args.temperature, args.micro_tokens, args.mini_batches, args.grad_clip,
-                                  args.kl_coef)
+                                  args.kl_coef, tis_cap=args.tis_cap)
                    for name, policy in policies.items()}
         t_update = time.time() - t1
         # 4. new weights to the engine (per-role: each policy is pulled right before its role generates,
