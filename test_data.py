@@ -1,5 +1,5 @@
-"""Tests for data.py: loaders (offline, local files, hub errors, hub schemas on hand-written rows),
-math_equal / extract_boxed, and run_tests on HumanEval and the shipped stdin problems.
+"""Tests for data.py: loaders (offline, local files, hub errors, hub schemas on hand-written rows) and
+run_tests on HumanEval and the shipped stdin problems. Math answer checking: test_mathcheck.py.
 
     python -m pytest -q test_data.py
 """
@@ -7,7 +7,6 @@ import base64
 import json
 import pickle
 import sys
-import threading
 import types
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -15,15 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import data
-
-EQUAL = [("0.5", "1/2"), (r"\frac{1}{2}", "0.5"), (r"\dfrac{1}{2}", "1/2"), ("1,000", "1000"), ("42", "$42$"),
-         (r"\boxed{7}", "7"), (r"\frac{2}{4}", r"\frac{1}{2}"), ("-3", "-3.0"), (r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2"),
-         ("(x+1)^2", "x^2+2x+1"), (r"2\pi", r"\pi \cdot 2")]
-WRONG = [("0.5", "1/3"), ("3", "4"), (r"\frac{1}{2}", "2"), ("1,001", "1000"), ("x+1", "x-1"), (r"\pi", "3.14159"),
-         ("", "1"), ("7", "")]
-GARBAGE = [(None, "1"), ("1", None), (object(), 5), (r"\frac{", "}}}"), ("1e99999999", "1"), ("(" * 300, "1"),
-           ("x" * 10_000, "x"), (b"1", "1"), ([1], "1")]
-
 
 @pytest.fixture
 def fresh_cache():
@@ -98,83 +88,6 @@ def test_hub_without_datasets_or_network_is_a_clear_error(monkeypatch, fresh_cac
         data.load_math("train")
     with pytest.raises(RuntimeError, match=r"codeparrot/apps.*hub unreachable"):
         data.load_code("test", "codeparrot/apps")
-
-
-# ---- math_equal / extract_boxed ------------------------------------------------------------------
-
-def test_math_equal_accepts_equivalent_and_rejects_wrong():
-    for p, g in EQUAL:
-        assert data.math_equal(p, g), (p, g)
-    for p, g in WRONG:
-        assert not data.math_equal(p, g), (p, g)
-
-
-def test_math_equal_never_raises_on_garbage():
-    for p, g in GARBAGE:
-        assert data.math_equal(p, g) is False
-
-
-def test_math_equal_from_a_worker_thread():
-    data._verified.cache_clear()
-    out = {}
-
-    def work():
-        out["eq"] = [data.math_equal(p, g) for p, g in EQUAL]
-        out["wrong"] = [data.math_equal(p, g) for p, g in WRONG + GARBAGE]
-    t = threading.Thread(target=work)
-    t.start()
-    t.join(120)
-    assert out["eq"] == [True] * len(EQUAL) and not any(out["wrong"])
-    # an overrunning call is answered False and its helper process replaced, not waited for
-    v = data._Verifier()
-    try:
-        assert v.equal("x+1", "1+x") is True
-        assert v.equal("x+1", "1+x", limit=1e-4) is False
-        assert v.proc is None
-        assert v.equal("x+1", "1+x") is True
-    finally:
-        v.close()
-    # the same through the pool: the overrun helper goes back to it and restarts on its next use
-    assert data._VERIFIER.equal("x+1", "1+x", limit=1e-4) is False
-    assert data._VERIFIER.equal("x+1", "1+x") is True
-
-
-def test_math_equal_from_threads_runs_in_several_helpers_at_once(monkeypatch):
-    """Threads verify at once, each in a helper of the pool (not one after another behind one lock), and
-    get the answers of one-at-a-time calls."""
-    pairs = [("(x+1)^2", "x^2+2x+1"), (r"2\pi", r"\pi \cdot 2"), ("x+1", "x-1"), (r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2"),
-             ("a+b", "b+a"), ("x^2", "x^3")]
-    data._verified.cache_clear()
-    want = [data.math_equal(p, g) for p, g in pairs]
-    assert want == [True, True, False, True, True, False]
-    pool = data._VerifierPool(size=3)
-    monkeypatch.setattr(data, "_VERIFIER", pool)
-    data._verified.cache_clear()
-    start = threading.Barrier(len(pairs))
-
-    def one(pair):
-        start.wait()
-        return data.math_equal(*pair)
-    try:
-        with ThreadPoolExecutor(len(pairs)) as ex:
-            got = list(ex.map(one, pairs))
-        assert got == want
-        # a second helper is made only while every other one is busy: calls overlapped; never over the cap
-        assert 1 < len(pool.helpers) <= 3
-        assert len(pool.free) == len(pool.helpers)  # all given back
-    finally:
-        for h in pool.helpers:
-            h.close()
-        data._verified.cache_clear()
-
-
-def test_extract_boxed():
-    assert data.extract_boxed(r"so \boxed{1} then \boxed{\frac{a}{b^{2}}}.") == r"\frac{a}{b^{2}}"
-    assert data.extract_boxed(r"\boxed{\{1, 2\}}") == r"\{1, 2\}"
-    assert data.extract_boxed(r"answer: \boxed 5$") == "5"
-    assert data.extract_boxed(r"\fbox{x}") == "x"
-    for bad in ["no box", r"\boxed{unclosed", r"\boxed", None, 3]:
-        assert data.extract_boxed(bad) is None
 
 
 # ---- code: offline sets and run_tests ------------------------------------------------------------

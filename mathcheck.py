@@ -1,0 +1,195 @@
+"""Math answer checking: is a model's answer the same value as the gold answer?
+
+extract_boxed(text) -> the content of the last \\boxed{...} in a completion, or None.
+math_equal(pred, gold) -> bool. Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000) compare exactly in-process;
+anything else goes to math_verify in a helper process with a hard timeout (safe from any thread, cannot
+hang a caller); a pool of helpers serves threads at once.
+
+    python -m pytest -q test_mathcheck.py
+"""
+import atexit
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+from fractions import Fraction
+from functools import lru_cache
+
+import sandbox
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VERIFY_TIMEOUT = 3  # seconds for each math_verify parse/compare
+# math_verify helper processes at most (made on demand; each holds sympy, ~100 MB): one per core, up to 8
+VERIFY_HELPERS = min(8, sandbox.CORES)
+
+
+def extract_boxed(text):
+    """Content of the last \\boxed{...} (nested braces allowed; also `\\boxed 5`), or None."""
+    if not isinstance(text, str):
+        return None
+    m = None
+    for m in re.finditer(r"\\(?:boxed|fbox)", text):
+        pass
+    if m is None:
+        return None
+    j = m.end()
+    while j < len(text) and text[j].isspace():
+        j += 1
+    if j < len(text) and text[j] != "{":
+        tok = re.match(r"[^\s$]+", text[j:])
+        return tok.group(0) if j > m.end() and tok else None  # \boxed 5, but not \boxedfoo
+    depth = 0
+    for k in range(j, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[k], 0)
+        if depth == 0:
+            return text[j + 1:k].strip()
+    return None  # unbalanced, or nothing after it
+
+
+def _clean(s):
+    if isinstance(s, (int, float, Fraction)) and not isinstance(s, bool):
+        s = str(s)
+    if not isinstance(s, str):
+        return ""
+    s = s.strip()
+    inner = extract_boxed(s) if s.startswith("\\boxed") else None
+    s = (inner if inner is not None else s).strip().strip("$").strip()
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\!", "")
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s):  # 1,000 is a thousands separator, not a tuple
+        s = s.replace(",", "")
+    return s
+
+
+def _number(s):
+    """Exact value of a plain number, a/b or \\frac{a}{b}; None for anything else."""
+    m = re.fullmatch(r"([-+]?)\\frac\{(\d+)\}\{(\d+)\}", s)
+    if m:
+        s = f"{m.group(1)}{m.group(2)}/{m.group(3)}"
+    if len(s) > 60 or not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?", s):
+        return None
+    try:
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _verify_here(pred, gold):
+    """math_verify with its own timeouts; they use signal.alarm, so this runs in the helper's main thread."""
+    from math_verify import parse, verify
+    wrap = lambda s: s if ("$" in s or "\\boxed" in s) else f"${s}$"
+    g = parse(wrap(gold), parsing_timeout=VERIFY_TIMEOUT)
+    p = parse(wrap(pred), parsing_timeout=VERIFY_TIMEOUT)
+    return bool(g and p and verify(g, p, timeout_seconds=VERIFY_TIMEOUT))
+
+
+def _serve():
+    """The helper process: one JSON [pred, gold] per stdin line, one 1/0 per stdout line."""
+    out, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the protocol
+    _verify_here("1", "1")  # import and warm up before "ready": startup is not a timeout
+    print("ready", file=out, flush=True)
+    for line in sys.stdin:
+        try:
+            ok = _verify_here(*json.loads(line))
+        except Exception:
+            ok = False
+        print(int(ok), file=out, flush=True)
+
+
+class _Verifier:
+    """math_verify in a helper process: its signal-based timeouts work there (on that process's main
+    thread), whichever thread calls us, and a parse that hangs inside C code (where no signal lands) is
+    bounded too: past `limit` the answer is False and the helper is killed, to be restarted on next use.
+    One request at a time (its lock); _VerifierPool spreads threads over several."""
+
+    def __init__(self):
+        self.lock, self.proc, self.pid = threading.Lock(), None, None
+        atexit.register(self.close)
+
+    def close(self):
+        if self.proc is not None and self.pid == os.getpid():
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def _read(self, limit):
+        if not select.select([self.proc.stdout], [], [], limit)[0]:
+            raise TimeoutError
+        return self.proc.stdout.readline().strip()
+
+    def equal(self, pred, gold, limit=3 * VERIFY_TIMEOUT + 2):
+        with self.lock:  # one request at a time on the one pipe
+            try:
+                if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
+                    self.proc, self.pid = None, os.getpid()  # a forked child never talks to its parent's helper
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import mathcheck; mathcheck._serve()"],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                    if self._read(120) != "ready":
+                        raise RuntimeError("math_verify helper did not start")
+                self.proc.stdin.write(json.dumps([pred, gold]) + "\n")
+                self.proc.stdin.flush()
+                return self._read(limit) == "1"
+            except Exception:
+                self.close()
+                return False
+
+
+class _VerifierPool:
+    """Up to `size` _Verifier helpers, so that threads verify at once: a call takes a free one (the last
+    given back: warm), else makes one while fewer than `size` exist, else waits, and gives it back after.
+    A helper that died or overran restarts its process on next use (_Verifier.equal); each one closes its
+    process at exit. A forked child starts with an empty pool (and never talks to its parent's helpers)."""
+
+    def __init__(self, size=VERIFY_HELPERS):
+        self.size = max(1, size)
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # the child lacks the threads holding lock/helpers
+
+    def _reset(self):
+        self.cond, self.helpers, self.free = threading.Condition(), [], []
+
+    def equal(self, pred, gold, **kw):
+        with self.cond:
+            while not self.free and len(self.helpers) >= self.size:
+                self.cond.wait()
+            if not self.free:  # every helper is busy: a new one (so len(helpers) > 1 means calls overlapped)
+                self.helpers.append(_Verifier())
+                self.free.append(self.helpers[-1])
+            h = self.free.pop()
+        try:
+            return h.equal(pred, gold, **kw)  # never raises
+        finally:
+            with self.cond:
+                if any(h is x for x in self.helpers):  # not one taken before a fork
+                    self.free.append(h)
+                    self.cond.notify()
+
+
+_VERIFIER = _VerifierPool()
+
+
+@lru_cache(maxsize=1 << 16)  # K samples of one problem often give the same answer
+def _verified(pred, gold):
+    return _VERIFIER.equal(pred, gold)
+
+
+def math_equal(pred, gold):
+    """Is `pred` the same answer as `gold`? Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000) compare exactly
+    here; anything else goes to math_verify in a helper process (see _Verifier; up to VERIFY_HELPERS
+    threads at once, see _VerifierPool). Safe from any thread; never raises; at most ~11 s of helper time
+    for a pathological input (plus any wait for a free helper)."""
+    try:
+        p, g = _clean(pred), _clean(gold)
+        if not p or not g or len(p) > 500 or len(g) > 500:  # an "answer" that long is not one
+            return False
+        if p == g:
+            return True
+        a, b = _number(p), _number(g)
+        if a is not None and b is not None:
+            return a == b
+        return _verified(p, g)
+    except Exception:
+        return False
