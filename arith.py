@@ -5,12 +5,18 @@ writing the expression (copying the numbers, picking the operators the template 
 the tool agent's job; the reasoner's is to trust a right tool output.
 
 Each instance is seeded by (split, index), and like the games a problem belongs to the split that a
-hash of its content (template, numbers) names: no held-out problem is ever a training one, whatever the
-names and items around its numbers.
+hash of its content names, where content means its VALUE (`canonical`: the expression with commuted
+operands sorted, so 93 * 87 + 482, 87 * 93 + 482 and another template's 482 + 87 * 93 are one problem)
+as well as its spelling (template, numbers): no held-out problem is ever a training one, whatever the
+order of its numbers and the names and items around them. Within val and test no value repeats either
+(index i is the i-th new one).
 
     python -m pytest -q test_envs.py -k arith
 """
+import ast
 import random
+import threading
+from functools import lru_cache
 
 from task import MAX_INDEX, SPLIT_SEED, split_of
 
@@ -45,18 +51,68 @@ def answer(t, nums):
     return value(expression(t, nums))
 
 
+@lru_cache(maxsize=None)
+def _tree(t):
+    return ast.parse(TEMPLATES[t][1].replace("{", "").replace("}", ""), mode="eval").body
+
+
+def canonical(t, nums):
+    """The value form of a problem: its expression as nested sums of signed terms and products of
+    factors, operands of + and * flattened and sorted. Two problems with one value form are one problem
+    to whoever writes the program (the order of factors or terms, the template's words aside)."""
+    def form(node):
+        if isinstance(node, ast.Name):
+            return ("n", nums[node.id])
+        if isinstance(node.op, ast.Mult):
+            return ("*", tuple(sorted(form(x) for x in flat(node, ast.Mult))))
+        return ("+", tuple(sorted(terms(node, 1))))
+
+    def flat(node, op):  # the operands of a chain of `op`
+        if isinstance(node, ast.BinOp) and isinstance(node.op, op):
+            return flat(node.left, op) + flat(node.right, op)
+        return [node]
+
+    def terms(node, sign):  # (sign, form) of every term of a chain of + and -
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            return terms(node.left, sign) + terms(node.right, -sign if isinstance(node.op, ast.Sub) else sign)
+        return [(sign, form(node))]
+
+    return form(_tree(t))
+
+
+HELD_OUT = 100_000  # val and test indices below this are distinct by value (index i: the i-th new value)
+_held_out = {}  # split -> ([draw of index 0, 1, ...], {their canonical forms})
+_lock = threading.Lock()  # envs may be made from several threads
+
+
 def draw(split, index):
     """(template index, numbers {a, b, c[, d]}, name, item) of instance `index` of `split`."""
     if split not in SPLIT_SEED:
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLIT_SEED)}")
-    if not 0 <= index < MAX_INDEX:
-        raise ValueError(f"index {index} out of range [0, {MAX_INDEX:_})")
+    limit = MAX_INDEX if split == "train" else HELD_OUT
+    if not 0 <= index < limit:
+        raise ValueError(f"index {index} out of range [0, {limit:_}) for {split}")
+    if split == "train":  # training may meet a value twice; held-out sets may not, so they are made in order
+        return _draw(split, index, ())
+    with _lock:
+        made, seen = _held_out.setdefault(split, ([], set()))
+        while len(made) <= index:
+            t, nums, name, item = _draw(split, len(made), seen)
+            seen.add(canonical(t, nums))
+            made.append((t, dict(nums), name, item))
+        t, nums, name, item = made[index]
+    return t, dict(nums), name, item
+
+
+def _draw(split, index, taken):
     rng = random.Random(f"arith/{SPLIT_SEED[split] + index}")
-    while True:  # redraw until the content belongs to this split (about 1 draw in 10 for val and test)
+    while True:  # redraw until value and spelling belong to this split (1 draw in ~1.6 for train, ~100 held out)
         t = rng.randrange(len(TEMPLATES))
         nums = {k: rng.randint(lo, hi) for k, (lo, hi) in zip("abcd", TEMPLATES[t][2])}
         if split_of(("arith", t, tuple(nums.values()))) == split:
-            return t, nums, rng.choice(NAMES), rng.choice(ITEMS)
+            v = canonical(t, nums)
+            if split_of(("arith", v)) == split and v not in taken:
+                return t, nums, rng.choice(NAMES), rng.choice(ITEMS)
 
 
 def problem(split, index):

@@ -49,6 +49,41 @@ def test_splits_disjoint_by_content():
         assert all(split_of(("arith",) + (t, nums)) == s for t, nums in keys)
 
 
+def by_value(text):
+    """The problem's value from its words alone (not arith's canonical form): its expression expanded into
+    signed products of the numbers, each product's factors sorted. Commuted factors, commuted terms and
+    another template's wording of the same arithmetic (482 + 87 bags of 93 vs 93 a day for 87 days and 482
+    more) give one value; the strictest 'same problem' a tool program could tell apart."""
+    n = list(map(int, re.findall(r"\d+", text)))
+    if "gives away" in text:
+        terms = [(1, n[0], n[1]), (-1, n[2])]
+    elif "buys" in text:
+        terms = [(1, n[0]), (1, n[1], n[2])]
+    elif "a day for" in text:
+        terms = [(1, n[0], n[1]), (1, n[2])]
+    elif "grew" in text:
+        terms = [(1, n[0], n[2]), (-1, n[1], n[2])]
+    elif "rows of" in text:
+        terms = [(1, n[0], n[1]), (1, n[2], n[3])]
+    else:
+        raise AssertionError(f"unknown template: {text}")
+    return tuple(sorted((sign, *sorted(f)) for sign, *f in terms))
+
+
+def test_held_out_problems_unseen_by_value():
+    """Held out means unseen by the VALUE of a problem, not its spelling: no test or val problem has the
+    value of a training problem (the demo's 150 steps x 32 and the math warm-up's transcripts) or of
+    another held-out problem (93 * 87 + 482 vs 87 * 93 + 482 were both in train and test; 5 of 2,000 test
+    problems repeated another)."""
+    import tiny
+    vals = lambda split, idx: [by_value(arith.problem(split, i)["problem"]) for i in idx]
+    train = set(vals("train", range(150 * 32))) | set(vals("train", range(tiny.SFT_OFFSET, tiny.SFT_OFFSET + 20_200)))
+    test, val = vals("test", range(2000)), vals("val", range(2000))
+    assert sum(v in train for v in test) == 0 and sum(v in train for v in val) == 0
+    assert len(set(test)) == len(test) and len(set(val)) == len(val)  # no held-out problem twice
+    assert not set(test) & set(val)
+
+
 def test_answers_right_hard_to_guess_and_what_a_program_prints():
     ps = [arith.problem("test", i) for i in range(400)]
     for p in ps:
