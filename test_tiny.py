@@ -57,3 +57,36 @@ def test_math_warmup_tool_programs_run_right_at_the_stated_rate():
     copied = [a == f"\\boxed{{{s}}}" for (_, a), s, ok in zip(reasoner, shown, right) if ok]
     assert 0.7 < sum(copied) / len(copied) < 0.9
     assert all(split_of(("arith", p["template"], tuple(p["numbers"].values()))) == "train" for p in truth)
+
+
+def test_ensure_refuses_a_build_of_another_size_or_seed(tmp_path):
+    """train.py --model tiny reuses --tiny_dir only when it was built by the run's recipe: a warm-up made
+    for another plan_path size or seed (or by an older tiny.py) is a one-line error naming the directory
+    and the setting, never a silent reuse (its docstring's promise; it used to check version, task, warm-up
+    steps and turns only)."""
+    import json
+    from types import SimpleNamespace
+
+    import pytest
+    args = lambda **kw: SimpleNamespace(**{"task": "plan_path", "size": 4, "seed": 0, "max_turns": 2, **kw})
+    d = tmp_path / "tiny-model"
+    d.mkdir()
+    made = dict(task="plan_path", sft_steps=tiny.SFT_STEPS["plan_path"], size=4, seed=0, max_turns=2, build_s=1.0)
+    (d / "tiny.json").write_text(json.dumps(dict(made, version=tiny.VERSION["plan_path"])))
+    assert tiny.ensure(str(d), args()) == str(d)  # the recipe it was built with: reused
+    assert tiny.ensure(str(d), args(task="sokoban")) == str(d)  # other games: the 4x4 plan_path warm-up
+    for kw, name in ((dict(size=6), "size"), (dict(size=None), "size"), (dict(seed=1), "seed"),
+                     (dict(max_turns=3), "max_turns"), (dict(task="math"), "task")):
+        with pytest.raises(ValueError, match=name) as e:
+            tiny.ensure(str(d), args(**kw))
+        assert str(d) in str(e.value) and "\n" not in str(e.value), kw
+    m = tmp_path / "tiny-model-math"  # math: one-turn transcripts whatever the run; size not used
+    m.mkdir()
+    (m / "tiny.json").write_text(json.dumps(dict(made, task="math", sft_steps=tiny.SFT_STEPS["math"], version=4)))
+    with pytest.raises(ValueError, match="version"):  # made before arith's value split (its warm-up problems)
+        tiny.ensure(str(m), args(task="math"))
+    (m / "tiny.json").write_text(json.dumps(dict(made, task="math", sft_steps=tiny.SFT_STEPS["math"],
+                                                 version=tiny.VERSION["math"])))
+    assert tiny.ensure(str(m), args(task="math", size=9, max_turns=1)) == str(m)
+    with pytest.raises(ValueError, match="seed"):
+        tiny.ensure(str(m), args(task="math", seed=2))

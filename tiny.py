@@ -31,7 +31,9 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SFT_OFFSET = 5_000_000
-VERSION = 4  # bump when the tokenizer or warm-up recipe changes: ensure() refuses an older build
+# per warm-up task, bump when its tokenizer or recipe changes: ensure() refuses an older build (math 5:
+# arith's problems split by value, so the warm-up draws other train problems)
+VERSION = {"plan_path": 4, "math": 5}
 # the demo models' warm-up, per task: math must learn to copy numbers from the prompt, which a model this
 # small picks up only after ~300 steps at a higher lr (the loss sits at ln(10) per digit until then)
 SFT_STEPS = {"plan_path": 100, "math": 600}
@@ -251,7 +253,7 @@ def build(out, sft_steps=None, size=5, seed=0, max_turns=2, task="plan_path", lo
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     with open(os.path.join(tmp, "tiny.json"), "w") as f:
-        json.dump(dict(version=VERSION, task=task, sft_steps=sft_steps, size=size, seed=seed, max_turns=max_turns,
+        json.dump(dict(version=VERSION[task], task=task, sft_steps=sft_steps, size=size, seed=seed, max_turns=max_turns,
                        build_s=round(time.time() - t0, 1)), f)
     if os.path.exists(out):
         raise FileExistsError(f"{out} exists; refusing to overwrite it")
@@ -263,11 +265,12 @@ def build(out, sft_steps=None, size=5, seed=0, max_turns=2, task="plan_path", lo
 
 def ensure(out, args, log=print):
     """The demo model for a run's flags (`train.py --model tiny`): built into `out` on first use (the
-    warm-up plays the run's plan_path size and turns); an existing build made by another recipe (an
-    older tiny.py, other turns or warm-up) raises ValueError, since it would silently change the demo."""
+    warm-up plays the run's plan_path size and turns, weights and warm-up drawn from the run's seed); an
+    existing build made by another recipe (an older tiny.py, another size, seed, turns or warm-up) raises
+    ValueError naming `out` and the settings that differ, since it would silently change the demo."""
     task = "math" if args.task == "math" else "plan_path"  # other tasks get the plan_path warm-up
+    size = (args.size or 10) if args.task == "plan_path" else 4
     if not os.path.isdir(out):
-        size = (args.size or 10) if args.task == "plan_path" else 4
         return build(out, sft_steps=SFT_STEPS[task], size=size, seed=args.seed, max_turns=args.max_turns, task=task, log=log)
     try:
         with open(os.path.join(out, "tiny.json")) as f:
@@ -275,9 +278,9 @@ def ensure(out, args, log=print):
     except (OSError, ValueError):
         raise ValueError(f"{out} is not a tiny.py build (no readable tiny.json); remove it or pass --tiny_dir")
     got.setdefault("task", "plan_path")  # builds from before the math warm-up
-    want = dict(version=VERSION, task=task, sft_steps=SFT_STEPS[task])
-    if task == "plan_path":  # its transcripts play the run's turns; math's are one turn whatever the run
-        want["max_turns"] = args.max_turns
+    want = dict(version=VERSION[task], task=task, sft_steps=SFT_STEPS[task], seed=args.seed)
+    if task == "plan_path":  # its transcripts play the run's grid and turns; math's are one turn whatever the run
+        want.update(size=size, max_turns=args.max_turns)
     bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     if bad:
         raise ValueError(f"{out} was built with other settings {bad} (found, wanted); remove it or pass another --tiny_dir")
