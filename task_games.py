@@ -368,9 +368,13 @@ class Sudoku(Game):
 
 
 # ---- sokoban ---------------------------------------------------------------------------------------
+UNKNOWN = "unknown"  # sokoban_dist gave up at its state limit: neither a distance nor a proven deadlock
+
+
 @lru_cache(maxsize=1 << 16)
 def sokoban_dist(walls, goals, player, boxes, max_states=200_000):
-    """Fewest moves to put every box on a goal (BFS over (player, boxes)), or None if unsolvable."""
+    """Fewest moves to put every box on a goal (BFS over (player, boxes)), None if unsolvable (every
+    reachable state seen), UNKNOWN if it stopped at max_states first (large levels, far states)."""
     start = (player, boxes)
     seen, q = {start: 0}, deque([start])
     while q and len(seen) < max_states:
@@ -391,7 +395,7 @@ def sokoban_dist(walls, goals, player, boxes, max_states=200_000):
             if s not in seen:
                 seen[s] = seen[(p, bx)] + 1
                 q.append(s)
-    return None
+    return UNKNOWN if q else None
 
 
 class Sokoban(Game):
@@ -453,7 +457,7 @@ class Sokoban(Game):
         if split_of(("sokoban", size, tuple(sorted(walls)), tuple(sorted(goals)), player, boxes)) != split:
             return None
         d = sokoban_dist(frozenset(walls), goals, player, boxes)
-        return None if d is None else (frozenset(walls), goals, player, boxes, d)
+        return None if d is None or d is UNKNOWN else (frozenset(walls), goals, player, boxes, d)
 
     parse = staticmethod(parse_moves)
     show = staticmethod(str)
@@ -481,14 +485,18 @@ class Sokoban(Game):
 
     def score(self, moves):
         """team = 1 iff the whole answer is legal and ends with every box on a goal; local = progress
-        in solver distance, (d_before - d_after) / d_before, -1 on a deadlock (unsolvable state), + team."""
+        in solver distance, (d_before - d_after) / d_before, -1 on a deadlock (unsolvable state), + team.
+        Where the solver stops at its state limit (UNKNOWN, large levels) progress is not measured: 1 if
+        every box ends on a goal, else 0 (never the deadlock penalty: the state may well be solvable)."""
         if moves is None:
             return 0.0, -1.0
         p, bx, done = self.walk(moves)
         d0, d1 = self.dist(self.player, self.boxes), self.dist(p, bx)
-        if d1 is None:
+        if d1 is None:  # proven unsolvable (d0 None implies d1 None: nothing leaves a deadlock)
             return 0.0, -1.0
         solved = float(set(bx) == self.goals and done == moves)
+        if UNKNOWN in (d0, d1):
+            return solved, float(d1 == 0) + solved  # d1 == 0 < d0: every box placed is full progress
         return solved, (d0 - d1) / max(d0, 1) + solved
 
     def apply(self, moves):
@@ -515,8 +523,8 @@ class Sokoban(Game):
         """Greedy descent on the solver distance: a shortest solution from the current state."""
         path, p, bx = "", self.player, self.boxes
         d = self.dist(p, bx)
-        if d is None:
-            return ""  # deadlocked: nothing solves it any more
+        if d is None or d is UNKNOWN:
+            return ""  # deadlocked (nothing solves it any more), or past what the solver can search
         if d == 0:  # every box on a goal after an illegal answer: unsolved; a legal step off and back
             for m in MOVES:
                 q, nb, done = self.walk(m + BACK[m])

@@ -186,6 +186,28 @@ def test_sokoban_mechanics_and_sizes():
         assert lv.dist(lv.player, lv.boxes) is not None
 
 
+def test_sokoban_reward_defined_past_the_solvers_state_limit():
+    """On a large level the BFS solver can stop at its state limit: a solvable state it cannot measure is
+    neither a deadlock (-1) nor a crash. Here (12x12, 6 boxes, a real training level) the planner's first
+    answer executes UDULDRUDU into a state 28 moves from solved that the solver gives up on; it used to
+    score -1 as a deadlock, and at the next turn `d0 - d1` met d0 = None (TypeError) when an answer then
+    solved the level."""
+    e = envs.make("sokoban", "train", 18, size=12, boxes=6, tool_mode="direct", max_turns=2)
+    first, rest = "UDULDRUDURRRDRRDLR", "LULLUURRRRDDLRUULDDUULLLDDRR"  # rest: a shortest solution from there
+    p, bx, done = e.walk(first)
+    assert done == "UDULDRUDU" and e.dist(p, bx) is not None  # unknown to the solver, not proven unsolvable
+    e.step("tool", first)
+    r = e.step("planner", first)
+    assert (r.team, r.local) == (0.0, 0.0) and not e.done  # no progress measured, no deadlock penalty
+    solve, stall = e.clone(), e.clone()
+    r = solve.step("tool", rest)  # the tool's proposal is scored from there too (where the TypeError was)
+    assert (r.team, r.local) == (1.0, 2.0)
+    r = solve.step("planner", rest)
+    assert (r.team, r.local) == (1.0, 2.0) and solve.success  # solved: full progress + team, as on any level
+    r = stall.step("tool", "L")
+    assert (r.team, r.local) == (0.0, 0.0)  # progress not measurable past the limit: 0
+
+
 # ---- math and code (offline data through the real loaders of data.py) --------------------------------
 def test_math_reference_agreement_and_success():
     for split in ("train", "val", "test"):
