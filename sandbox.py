@@ -51,6 +51,9 @@ ROOT = os.geteuid() == 0
 PATH = {"PATH": "/usr/bin:/bin"}
 CORES = len(os.sched_getaffinity(0)) or 1
 POOL = os.environ.get("SANDBOX_POOL", "1") != "0"  # 0: one bubblewrap namespace per run (the slow path, for comparison)
+PYTHON_DIRS = sorted({d for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                  os.path.dirname(os.path.realpath(sys.executable)))  # a venv and its Python
+                      if d.split("/")[1] not in ("usr", "etc")}, key=len)  # read-only in every namespace
 
 
 @dataclass
@@ -88,16 +91,13 @@ def _bwrap():
          "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]  # a venv under /tmp stays visible
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):  # merged-/usr symlinks, or real dirs
         a += ["--symlink", os.readlink(d), d] if os.path.islink(d) else ["--ro-bind", d, d] if os.path.isdir(d) else []
-    py = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-          os.path.dirname(os.path.realpath(sys.executable))}  # a venv and the Python it points at
-    py = {d for d in py if d.split("/")[1] not in ("usr", "etc")}
     ups = set()  # bwrap makes missing parents 0700, untraversable for the dropped uid: make them 0755
-    for d in py:
+    for d in PYTHON_DIRS:
         while (d := os.path.dirname(d)) not in ("/", "/tmp", ""):
             ups.add(d)
     for d in sorted(ups, key=len):
         a += ["--perms", "0755", "--dir", d]
-    for d in sorted(py, key=len):
+    for d in PYTHON_DIRS:
         a += ["--ro-bind", d, d]
     a += ["--chdir", "/tmp", "--setenv", "PATH", PATH["PATH"], "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
           "--setenv", "LANG", "C.UTF-8"]
@@ -287,9 +287,11 @@ def _executor(workers, pid):
 # and the tmpfs and IPC objects go with their namespaces: nothing survives into the next job. Concurrent
 # jobs run in different workers. On a timeout the whole worker is killed and its slot starts a fresh
 # one. Per run: 2 forks of a warm interpreter instead of a namespace set-up plus an interpreter start.
-# (As PID 1 the program ignores signals it sends itself without a handler; nothing else differs.)
+# B is plain `python -I -c`: its std streams are built as Python builds them, it exits through the
+# interpreter's own exit, and Python dirs under /tmp are bound back onto its fresh /tmp (test_sandbox's
+# PLAIN programs check it). (As PID 1 it ignores signals it sends itself without a handler.)
 _SERVER = r"""# sandbox worker
-import ctypes, gc, io, json, os, resource as R, signal, socket, sys, traceback, types
+import ctypes, gc, io, json, os, resource as R, socket, sys, types
 import bisect, collections, functools, heapq, itertools, math, random, re, string, typing  # warm for jobs
 libc = ctypes.CDLL(None, use_errno=True)
 NS = 0x00020000 | 0x08000000  # CLONE_NEWNS | CLONE_NEWIPC
@@ -303,12 +305,19 @@ def job(h, fin, fout, ferr, fcode):
         ok(libc.unshare(NS), "unshare")
         ok(libc.mount(b"none", b"/", None, 16384 | (1 << 18), None), "mount --make-rprivate /")
         os.setsid()
+        keep = [(d, os.open(d, os.O_PATH)) for d in h["keep"]]  # Python under /tmp: the new tmpfs hides it
         ok(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, b"size=%d,mode=1777" % h["tmpfs"]), "mount /tmp")
+        for d, fd in keep:  # bound back read-only (MS_BIND, then MS_REMOUNT|MS_BIND|RDONLY|NOSUID|NODEV)
+            mkdirs(d)
+            ok(libc.mount(b"/proc/self/fd/%d" % fd, d.encode(), None, 4096, None), "bind " + d)
+            ok(libc.mount(None, d.encode(), None, 32 | 4096 | 1 | 2 | 4, None), "remount " + d)
+            os.close(fd)
         ok(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")
         for fd, to in ((fin, 0), (fout, 1), (ferr, 2)):
             os.dup2(fd, to)
         os.closerange(3, fcode)
         os.closerange(fcode + 1, 1 << 16)
+        sock.detach()  # its fd is closed: at exit it must not close a program's file that got the number
         with open(fcode, "rb") as f:
             src = f.read()
         for lim, n in ((R.RLIMIT_CPU, h["cpu"]), (R.RLIMIT_AS, h["mem"]), (R.RLIMIT_FSIZE, 1 << 20),
@@ -330,29 +339,34 @@ def job(h, fin, fout, ferr, fcode):
             except OSError:
                 pass
         os._exit(125)
-    sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = (
+        stdio(0, sys.__stdin__), stdio(1, sys.__stdout__), stdio(2, sys.__stderr__))
     sys.argv = ["-c"]
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
-    rc = 0
     try:
         exec(compile(src, "<string>", "exec"), main.__dict__)
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else 0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1]
+    except SystemExit:
+        raise
     except BaseException as e:
-        traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # as `python -c` shows it
-        rc = 1
-    try:
-        import atexit, threading
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        rc = rc or 120
-    os._exit(rc & 255)
+        sys.excepthook(type(e), e, e.__traceback__.tb_next)  # as `python -c` reports it
+        raise SystemExit(1)
+    raise SystemExit(0)  # out of the server's loop: the interpreter exits as `python -c` does (threads
+    # joined, atexit, std streams flushed or exit 120, files left open flushed as they are freed)
+def mkdirs(d):  # root-owned 0755 mount points on the job's tmpfs, as bwrap made them for the worker
+    p = ""
+    for part in d.split("/")[1:]:
+        p += "/" + part
+        if not os.path.isdir(p):
+            os.mkdir(p)
+            os.chmod(p, 0o755)
+def stdio(fd, like):
+    # a std stream as Python builds it at start-up (newline "\n", its encoding and errors), on the job's pipe
+    buf = open(fd, like.mode + "b", closefd=False)
+    buf.raw.name = like.name
+    s = io.TextIOWrapper(buf, like.encoding, like.errors, "\n", like.line_buffering, like.write_through)
+    s.mode = like.mode
+    return s
 gc.freeze()  # the warm objects never move: a job's collections do not copy their pages
 sock = socket.socket(fileno=int(sys.argv[1]))
 own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
@@ -411,7 +425,8 @@ class _Worker:
         try:
             (in_r, in_w), (out_r, out_w), (err_r, err_w), (code_r, code_w) = (_pipe(fds) for _ in range(4))
             head = json.dumps({"uid": (1 << 20) + secrets.randbelow(1 << 29), "cpu": int(timeout) + 1,
-                               "mem": mem_mb << 20, "nproc": nproc, "tmpfs": TMPFS_BYTES}).encode()
+                               "mem": mem_mb << 20, "nproc": nproc, "tmpfs": TMPFS_BYTES,
+                               "keep": [d for d in PYTHON_DIRS if d.startswith("/tmp/")]}).encode()
             socket.send_fds(self.sock, [head], [in_r, out_w, err_w, code_r])
             _close(fds, in_r, out_w, err_w, code_r)
             end = time.monotonic() + timeout

@@ -6,8 +6,11 @@ namespaces per job), one bubblewrap namespace per run, and the fallback without 
 import json
 import os
 import resource
+import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -336,3 +339,67 @@ def test_run_many_stops_after_a_decided_result(bw):
                           stop=lambda i, r: i in (5, 9))
     assert [r.stdout for r in rs[:6]] == [f"{i}\n" for i in range(6)]
     assert rs[6:] == [None] * 6
+
+
+# ---- every path is plain `python -c`: a verdict never depends on root, SANDBOX_POOL or where Python lives -------
+
+PLAIN = {  # program -> stdin; each must give the (returncode, stdout) that `python -I -c` gives on the host
+    "import sys\nprint(42)\nsys.stdout.close()": "",
+    "import sys\nprint(42, file=sys.__stdout__)": "",
+    "print(len(input()))": "abc\r\n",
+    "import sys\nprint(repr(sys.stdin.read()))": "a\r\nb\rc\n",
+    "import sys\nsys.stdout.write('a\\r\\nb\\n')": "",
+    "import sys\nfor s in (sys.stdin, sys.stdout, sys.stderr):\n"
+    "    print(s.encoding, s.errors, s.line_buffering, s.mode, s.name, s.seekable())": "",
+    "import sys\nprint(sys.argv, __name__, sys.stdin is sys.__stdin__, sys.stdout is sys.__stdout__)": "",
+    "import os\nprint('lost')\nos._exit(3)": "",
+    "out = open(1, 'w')\nout.write('kept at exit')": "",
+    "import sys\nsys.stdout = open(1, 'w')\nprint('kept')": "",
+    "import atexit\natexit.register(print, 'atexit')\nprint('main')": "",
+    "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()": "",
+    "import sys\nprint('x')\nsys.exit('message')": "",
+    "raise SystemExit(300)": "",
+    "print('before')\n1 / 0": "",
+    "import sys\nsys.excepthook = lambda *a: print('hooked')\nraise ValueError": "",
+}
+
+
+def plain(code, stdin, python=None):
+    p = subprocess.run([python or sys.executable, "-I", "-c", code], input=stdin.encode(), capture_output=True,
+                       env={**sandbox.PATH, "LANG": "C.UTF-8"}, cwd="/", timeout=30)
+    return p.returncode, p.stdout.decode()
+
+
+@pytest.mark.parametrize("code", list(PLAIN), ids=range(len(PLAIN)))
+def test_every_path_is_plain_python(bw, code):
+    r = run(code, bw, stdin=PLAIN[code])
+    assert (r.returncode, r.stdout) == plain(code, PLAIN[code]), r.stderr
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here")
+def test_python_under_tmp_is_visible_to_every_job():
+    """An interpreter whose venv lives under /tmp: the job's fresh /tmp must not hide it (a package
+    installed there imports through the pool as through plain Python)."""
+    venv = tempfile.mkdtemp(prefix="sbx-venv-", dir="/tmp")
+    try:
+        os.chmod(venv, 0o755)  # mkdtemp's 0700 would keep the sandbox's uid out, on every path
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        python = os.path.join(venv, "bin", "python")
+        site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        with open(os.path.join(site, "sbx_probe_pkg.py"), "w") as f:
+            f.write("X = 42\n")
+        code = "import sys, sbx_probe_pkg\nprint(sbx_probe_pkg.X, sys.prefix)"
+        ro = "import os, sys\nprint(bool(os.statvfs(sys.prefix).f_flag & os.ST_RDONLY))"
+        driver = (f"import json, sys\nsys.path.insert(0, {HERE!r})\nimport sandbox\n"
+                  f"print(json.dumps([sandbox._pool() is not None] + [(r.returncode, r.stdout) for r in "
+                  f"(sandbox.run(c, pool=p) for c in ({code!r}, {ro!r}) for p in (True, False))]))")
+        p = subprocess.run([python, "-c", driver], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        pooled, *rs = json.loads(p.stdout)
+        assert pooled == POOL
+        assert rs[:2] == [list(plain(code, "", python))] * 2 == [[0, f"42 {venv}\n"]] * 2
+        assert rs[2:] == [[0, "True\n"]] * 2  # and read-only there
+    finally:
+        shutil.rmtree(venv)
+
