@@ -388,14 +388,24 @@ while True:
 """
 
 
+@lru_cache(maxsize=None)
+def _spawner(pid):
+    """The one thread that starts every worker, for the life of the process: bwrap --die-with-parent is
+    PR_SET_PDEATHSIG, which fires when the THREAD that forked it exits, and callers' threads come and go
+    (rollout's per-call threads end after every rollout)."""
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+
+
 class _Worker:
     def __init__(self):
         host, inside = socket.socketpair()
         try:
             caps = [x for c in ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP") for x in ("--cap-add", f"CAP_{c}")]
-            self.proc = subprocess.Popen([*_bwrap(), *caps, "--", sys.executable, "-I", "-c", _SERVER, str(inside.fileno())],
-                                         cwd="/", env=PATH, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, pass_fds=[inside.fileno()], start_new_session=True)
+            self.proc = _spawner(os.getpid()).submit(
+                subprocess.Popen, [*_bwrap(), *caps, "--", sys.executable, "-I", "-c", _SERVER, str(inside.fileno())],
+                cwd="/", env=PATH, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=[inside.fileno()], start_new_session=True).result()
         finally:
             inside.close()
         self.sock = host

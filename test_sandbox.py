@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -403,3 +404,66 @@ def test_python_under_tmp_is_visible_to_every_job():
     finally:
         shutil.rmtree(venv)
 
+
+# ---- pool workers outlive the thread that started them (bwrap --die-with-parent is per thread) -----------------
+
+def short_lived(fn, *args):
+    """fn(*args) in a thread that has exited, at the OS level too (its PR_SET_PDEATHSIG has fired), on return."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn(*args)))
+    t.start()
+    t.join()
+    while os.path.exists(f"/proc/self/task/{t.native_id}"):
+        time.sleep(0.01)
+    return out[0]
+
+
+def workers(pool):
+    """{pid: alive} of the pool's started workers (idle ones: call between jobs)."""
+    return {w.proc.pid: w.proc.poll() is None for w in list(pool.idle.queue) if w is not None}
+
+
+@needs_pool
+def test_workers_outlive_the_thread_that_started_them():
+    pool = sandbox.Pool(1)
+    try:
+        assert short_lived(pool.run, "print(input())", "first", 10.0, 512, 64).stdout == "first\n"
+        started = workers(pool)
+        assert list(started.values()) == [True]
+        for i in range(5):
+            assert pool.run("print(input())", str(i), 10.0, 512, 64).stdout == f"{i}\n"
+        assert workers(pool) == started  # the same worker, alive: no restart
+    finally:
+        pool.close()
+
+
+@needs_pool
+def test_jobs_from_many_short_lived_threads_all_pass():
+    """As task.run_program is called: from rollout's per-call threads, which end after every rollout."""
+    pool, seen = sandbox.Pool(2), {}
+    try:
+        for round_ in range(8):
+            batch = [(f"print(int(input()) ** 2)", str(round_ * 4 + i)) for i in range(4)]
+            rs = short_lived(lambda: list(ThreadPoolExecutor(4).map(lambda j: pool.run(*j, 10.0, 512, 64), batch)))
+            assert [(r.returncode, r.stdout) for r in rs] == [(0, f"{int(s) ** 2}\n") for _, s in batch]
+            seen.update(workers(pool))
+        assert len(seen) <= 2 and all(workers(pool).values()) and set(workers(pool)) == set(seen)
+    finally:
+        pool.close()
+
+
+
+@needs_pool
+def test_workers_killed_while_idle_are_replaced_before_use():
+    """Every idle worker killed from outside (OOM killer, say): the next job still gets a working one."""
+    pool = sandbox.Pool(2)
+    try:
+        ws = [pool._take(), pool._take()]  # both slots started
+        for w in ws:
+            pool.idle.put(w)
+            os.killpg(w.proc.pid, 9)
+            w.proc.wait()
+        r = pool.run("print(input())", "still right", 10.0, 512, 64)
+        assert (r.returncode, r.stdout) == (0, "still right\n"), r.stderr
+    finally:
+        pool.close()
