@@ -2,7 +2,8 @@
 
 Always (Linux): a wall-clock timeout, after which the process group (and namespace) is SIGKILLed and
 run() returns; rlimits on CPU seconds, address space, file size (1 MiB), open files, processes, core
-dumps; stdout/stderr capped at MAX_OUTPUT while read; a stripped environment; Python isolated mode (-I).
+dumps; stdout capped at `out_bytes` (default MAX_OUTPUT; Result.truncated says it was cut) and stderr at
+MAX_OUTPUT while read; a stripped environment; Python isolated mode (-I).
 
 Preferred, bubblewrap (`bwrap` on PATH and passing a probe): no network (own netns, only its own
 loopback); own PID namespace (it sees and can signal only its own processes, and the kernel kills them
@@ -45,7 +46,7 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-MAX_OUTPUT = 1 << 16  # bytes kept of stdout and of stderr
+MAX_OUTPUT = 1 << 16  # bytes kept of stderr, and of stdout unless run(out_bytes=) says otherwise
 TMPFS_BYTES = 64 << 20  # all a bwrap-sandboxed program may write
 ROOT = os.geteuid() == 0
 PATH = {"PATH": "/usr/bin:/bin"}
@@ -62,6 +63,7 @@ class Result:
     stderr: str
     returncode: int
     timed_out: bool
+    truncated: bool = False  # stdout was longer than out_bytes: only its first out_bytes are kept
 
 
 def _works(argv):
@@ -131,19 +133,20 @@ def _limits(cpu_s, mem_bytes, nproc):
     return apply
 
 
-def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True, pool=None):
+def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True, pool=None, out_bytes=MAX_OUTPUT):
     """Run `code` with `stdin`; returns Result(stdout, stderr, returncode, timed_out). Never raises for
     anything the program does; returns at most ~2 s after `timeout`. bwrap=False forces the fallback;
-    pool=False one bubblewrap namespace per run (default: the worker pool when it works, see Pool)."""
+    pool=False one bubblewrap namespace per run (default: the worker pool when it works, see Pool).
+    out_bytes: stdout bytes kept (a long expected output needs more than the default)."""
     if bwrap and (POOL if pool is None else pool) and _bwrap() is not None and _pool() is not None:
         try:
-            return _pool().run(code, stdin, timeout, mem_mb, nproc)
+            return _pool().run(code, stdin, timeout, mem_mb, nproc, out_bytes)
         except RuntimeError:  # no worker would start (out of processes, say): this run gets its own namespace
             pass
-    return _run_once(code, stdin, timeout, mem_mb, nproc, bwrap)
+    return _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes)
 
 
-def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap):
+def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
     """One namespace (or fallback process) per run: started, used once, torn down."""
     uid = (1 << 20) + secrets.randbelow(1 << 29)  # a uid per run: RLIMIT_NPROC counts per uid
     box, work = _bwrap() if bwrap else None, None
@@ -164,7 +167,7 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap):
         _close(fds, in_r, out_w, err_w)
         try:
             end = time.monotonic() + timeout
-            out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace")}, out_r, err_r, end)
+            out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace")}, out_r, err_r, end, out_bytes)
             if not closed:
                 raise subprocess.TimeoutExpired(cmd, timeout)
             p.wait(max(0.0, end - time.monotonic()))  # it may have closed its pipes and kept running
@@ -173,7 +176,7 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap):
             _kill(p)
             p.wait()
             # the namespace's teardown ends with the pipes' EOF (~0.5 s for 64 busy processes on 2 loaded cores)
-            o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0)
+            o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0, out_bytes)
             out, err = out + o2, err + e2
         finally:
             _kill(p)  # leftovers in a fallback without PID namespace (pgid stays reserved while in use)
@@ -184,12 +187,12 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap):
         _close(fds, *fds)
         if work:
             shutil.rmtree(work, ignore_errors=True)
-    return _result(out, err, rc, timed_out)
+    return _result(out, err, rc, timed_out, out_bytes)
 
 
-def _result(out, err, rc, timed_out):
-    dec = lambda b: b[:MAX_OUTPUT].decode("utf-8", "replace")
-    return Result(dec(out), dec(err), rc, timed_out)
+def _result(out, err, rc, timed_out, out_bytes):
+    dec = lambda b, n: b[:n].decode("utf-8", "replace")
+    return Result(dec(out, out_bytes), dec(err, MAX_OUTPUT), rc, timed_out, len(out) > out_bytes)
 
 
 def _pipe(fds):
@@ -205,11 +208,11 @@ def _close(fds, *which):
             os.close(fd)
 
 
-def _pump(fds, writes, out_fd, err_fd, deadline):
+def _pump(fds, writes, out_fd, err_fd, deadline, out_bytes):
     """Feed the `writes` ({fd: bytes}), read out_fd/err_fd until both close or the deadline: (out, err,
-    closed). Keeps the first MAX_OUTPUT bytes of each and drains the rest, so a chatty program neither
-    blocks nor fills us. Closes each written fd when its data is all written (the reader's EOF)."""
-    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    closed). Keeps the first out_bytes + 1 bytes of out (the 1 says it was cut) and MAX_OUTPUT of err, and
+    drains the rest, so a chatty program neither blocks nor fills us. Closes each written fd when its data is all written (the reader's EOF)."""
+    bufs, cap = {out_fd: bytearray(), err_fd: bytearray()}, {out_fd: out_bytes + 1, err_fd: MAX_OUTPUT}
     with selectors.DefaultSelector() as sel:
         for fd in bufs:
             if fd in fds:
@@ -240,7 +243,7 @@ def _pump(fds, writes, out_fd, err_fd, deadline):
                 if not chunk:
                     sel.unregister(fd)
                     _close(fds, fd)
-                bufs[fd] += chunk[: MAX_OUTPUT - len(bufs[fd])]
+                bufs[fd] += chunk[: cap[fd] - len(bufs[fd])]
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), True
 
 
@@ -248,7 +251,7 @@ def run_many(jobs, timeout=5.0, workers=None, stop=None, **limits):
     """Run (code, stdin) jobs in parallel through one shared queue (at most one job per core at once,
     whoever submits). Returns Results in input order. `stop(i, result)`: once it is true, jobs after
     index i that have not started are skipped (their Result is None); jobs before i still run, so
-    which jobs ran depends only on the results, never on timing."""
+    which jobs ran depends only on the results, never on timing. `limits`: run()'s keywords (out_bytes=...)."""
     jobs = list(jobs)
     _bwrap() if limits.get("bwrap", True) else _fallback()  # probe (and warn) once, not once per thread
     execu, cut = _executor(workers, os.getpid()), [len(jobs)]  # a forked child gets its own threads
@@ -429,7 +432,7 @@ class _Worker:
             buf += chunk
         return buf
 
-    def run(self, code, stdin, timeout, mem_mb, nproc):
+    def run(self, code, stdin, timeout, mem_mb, nproc, out_bytes):
         """One job; raises OSError/TimeoutError when the worker is gone (then it must be dropped)."""
         fds = []
         try:
@@ -440,15 +443,16 @@ class _Worker:
             socket.send_fds(self.sock, [head], [in_r, out_w, err_w, code_r])
             _close(fds, in_r, out_w, err_w, code_r)
             end = time.monotonic() + timeout
-            out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace"), code_w: code}, out_r, err_r, end)
+            writes = {in_w: stdin.encode("utf-8", "replace"), code_w: code}
+            out, err, closed = _pump(fds, writes, out_r, err_r, end, out_bytes)
             if closed:
                 try:
-                    return _result(out, err, int(self._reply(end - time.monotonic())), False)
+                    return _result(out, err, int(self._reply(end - time.monotonic())), False, out_bytes)
                 except (TimeoutError, ValueError):  # it closed its pipes and kept running
                     pass
             self.kill()  # the whole namespace: the program and everything it started
-            o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0)
-            return _result(out + o2, err + e2, -9, True)
+            o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0, out_bytes)
+            return _result(out + o2, err + e2, -9, True, out_bytes)
         finally:
             _close(fds, *fds)
 
@@ -477,7 +481,7 @@ class Pool:
                 raise
         return w
 
-    def run(self, code, stdin, timeout, mem_mb, nproc):
+    def run(self, code, stdin, timeout, mem_mb, nproc, out_bytes=MAX_OUTPUT):
         try:
             code = code.encode("utf-8")
         except UnicodeEncodeError as e:  # lone surrogates in model output
@@ -485,7 +489,7 @@ class Pool:
         for _ in range(2):  # a worker that died (killed from outside, say) is replaced once
             w = self._take()
             try:
-                r = w.run(code, stdin, timeout, mem_mb, nproc)
+                r = w.run(code, stdin, timeout, mem_mb, nproc, out_bytes)
             except (OSError, TimeoutError, ValueError) as e:
                 w.kill()
                 self.idle.put(None)

@@ -150,6 +150,7 @@ def test_huge_output_is_capped(bw):
             timeout=20.0)
     assert r.returncode == 0 and not r.timed_out
     assert r.stdout == "x" * sandbox.MAX_OUTPUT and r.stderr == "e" * sandbox.MAX_OUTPUT
+    assert r.truncated
 
 
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here; the fallback does not isolate the filesystem")
@@ -467,3 +468,19 @@ def test_workers_killed_while_idle_are_replaced_before_use():
         assert (r.returncode, r.stdout) == (0, "still right\n"), r.stderr
     finally:
         pool.close()
+
+# ---- how much stdout is kept --------------------------------------------------------------------------------
+
+def test_out_bytes_keeps_a_long_output_and_says_when_it_cut(bw):
+    code = "for i in range(20000):\n    print(i)"
+    full = "".join(f"{i}\n" for i in range(20000))  # 108,890 bytes: more than the default 64 KiB
+    r = run(code, bw, out_bytes=1 << 20)
+    assert (r.returncode, r.stdout, r.truncated) == (0, full, False)
+    r = run(code, bw)
+    assert (r.stdout, r.truncated) == (full[:sandbox.MAX_OUTPUT], True)
+    assert (run(code, bw, out_bytes=10).stdout, run(code, bw, out_bytes=10).truncated) == (full[:10], True)
+    r = run("print('x' * 9)", bw, out_bytes=10)  # exactly full: nothing cut
+    assert (r.stdout, r.truncated) == ("x" * 9 + "\n", False)
+    rs = sandbox.run_many([(code, "")] * 2, out_bytes=1 << 20, bwrap=bw != "fallback", pool=bw == "pool")
+    assert [(r.stdout, r.truncated) for r in rs] == [(full, False)] * 2
+
