@@ -1,9 +1,13 @@
 """Math answer checking: is a model's answer the same value as the gold answer?
 
 extract_boxed(text) -> the content of the last \\boxed{...} in a completion, or None.
-math_equal(pred, gold) -> bool. Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000) compare exactly in-process;
-anything else goes to math_verify in a helper process with a hard timeout (safe from any thread, cannot
-hang a caller); a pool of helpers serves threads at once.
+math_equal(pred, gold) -> bool. An answer is ONE value: `x = 7` is the value 7, but a chain `1233 = 1234`,
+numbers side by side `1 2 3 4`, or `1234%` against 1234 are not the gold's value (math_verify alone would
+take the last side, sum the list, drop the percent). Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%)
+compare exactly in-process; anything else goes to math_verify in a helper process with a hard time limit
+(safe from any thread, cannot hang a caller); a pool of helpers serves threads at once. Verdicts are
+cached; a helper that runs out of time gives no verdict: that call says False, and the pair is asked
+again next time.
 
     python -m pytest -q test_mathcheck.py
 """
@@ -12,6 +16,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -21,7 +26,8 @@ from functools import lru_cache
 import sandbox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VERIFY_TIMEOUT = 3  # seconds for each math_verify parse/compare
+VERIFY_TIMEOUT = 3  # seconds per math_verify step (parse gold, parse answer, compare): a request has 3 of them
+VERIFY_LIMIT = 3 * VERIFY_TIMEOUT + 2  # seconds a caller waits for a helper (a hang in C code, where no alarm lands)
 # math_verify helper processes at most (made on demand; each holds sympy, ~100 MB): one per core, up to 8
 VERIFY_HELPERS = min(8, sandbox.CORES)
 
@@ -57,52 +63,84 @@ def _clean(s):
     s = s.strip()
     inner = extract_boxed(s) if s.startswith("\\boxed") else None
     s = (inner if inner is not None else s).strip().strip("$").strip()
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\!", "")
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\!", "").replace("\\%", "%")
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s):  # 1,000 is a thousands separator, not a tuple
         s = s.replace(",", "")
     return s
 
 
 def _number(s):
-    """Exact value of a plain number, a/b or \\frac{a}{b}; None for anything else."""
+    """Exact value of a plain number, a/b or \\frac{a}{b}, each maybe a percent; None for anything else."""
+    percent = s.endswith("%")
+    s = s[:-1].rstrip() if percent else s
     m = re.fullmatch(r"([-+]?)\\frac\{(\d+)\}\{(\d+)\}", s)
     if m:
         s = f"{m.group(1)}{m.group(2)}/{m.group(3)}"
     if len(s) > 60 or not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?", s):
         return None
     try:
-        return Fraction(s)
+        return Fraction(s) / (100 if percent else 1)  # 1234% is 12.34, not 1234
     except (ValueError, ZeroDivisionError):
         return None
 
 
+NAME = r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([^()=]*\))?"  # what `NAME = value` may name: x, x_1, \theta, f(x)
+EQ = r"(?<![<>!=])=(?!=)"  # an equals sign (not <=, >=, !=, ==)
+SPACE = r"(?:\s|~|\\[ ,;:]|\\q?quad)+"  # plain and LaTeX spacing
+
+
+def _several(s):
+    """Does `s` state more than one value: numbers side by side (`1 2 3 4`) or a chain `x = 1233 = 1234`?"""
+    return bool(re.search(rf"\d{SPACE}\d", s)) or any(len(re.findall(EQ, part)) > 1 for part in s.split(","))
+
+
+def _unnamed(s):
+    """`x = 7` states the value 7 (and `x = 3, y = 4` the values 3, 4): the names dropped."""
+    return re.sub(rf"(^|,)\s*{NAME}\s*{EQ}", r"\1", s).strip()
+
+
 def _verify_here(pred, gold):
-    """math_verify with its own timeouts; they use signal.alarm, so this runs in the helper's main thread."""
+    """math_verify, with its own timeouts off: the helper's one alarm per request bounds it (_serve)."""
     from math_verify import parse, verify
     wrap = lambda s: s if ("$" in s or "\\boxed" in s) else f"${s}$"
-    g = parse(wrap(gold), parsing_timeout=VERIFY_TIMEOUT)
-    p = parse(wrap(pred), parsing_timeout=VERIFY_TIMEOUT)
-    return bool(g and p and verify(g, p, timeout_seconds=VERIFY_TIMEOUT))
+    g = parse(wrap(gold), parsing_timeout=None)
+    p = parse(wrap(pred), parsing_timeout=None)
+    return bool(g and p and verify(g, p, timeout_seconds=None))
+
+
+class _OutOfTime(BaseException):  # not an Exception: math_verify catches those and answers "not equal"
+    pass
+
+
+def _out_of_time(signum, frame):
+    raise _OutOfTime
 
 
 def _serve():
-    """The helper process: one JSON [pred, gold] per stdin line, one 1/0 per stdout line."""
+    """The helper process: one JSON [pred, gold] per stdin line, one line back: 1 (equal), 0 (not equal)
+    or ? (no verdict: the request ran out of time, which says nothing about the answer)."""
     out, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the protocol
     _verify_here("1", "1")  # import and warm up before "ready": startup is not a timeout
+    signal.signal(signal.SIGALRM, _out_of_time)  # signals land on the main thread: this one
     print("ready", file=out, flush=True)
     for line in sys.stdin:
         try:
-            ok = _verify_here(*json.loads(line))
-        except Exception:
-            ok = False
-        print(int(ok), file=out, flush=True)
+            signal.setitimer(signal.ITIMER_REAL, 3 * VERIFY_TIMEOUT)
+            reply = int(_verify_here(*json.loads(line)))
+        except _OutOfTime:
+            reply = "?"
+        except Exception:  # math_verify could not read it: that is an answer, not a stall
+            reply = 0
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        print(reply, file=out, flush=True)
 
 
 class _Verifier:
-    """math_verify in a helper process: its signal-based timeouts work there (on that process's main
-    thread), whichever thread calls us, and a parse that hangs inside C code (where no signal lands) is
-    bounded too: past `limit` the answer is False and the helper is killed, to be restarted on next use.
-    One request at a time (its lock); _VerifierPool spreads threads over several."""
+    """math_verify in a helper process: its alarm works there (on that process's main thread), whichever
+    thread calls us, and a parse that hangs inside C code (where no signal lands) is bounded too: past
+    `limit` there is no verdict and the helper is killed, to be restarted on next use. One request at a
+    time (its lock); _VerifierPool spreads threads over several."""
 
     def __init__(self):
         self.lock, self.proc, self.pid = threading.Lock(), None, None
@@ -119,7 +157,11 @@ class _Verifier:
             raise TimeoutError
         return self.proc.stdout.readline().strip()
 
-    def equal(self, pred, gold, limit=3 * VERIFY_TIMEOUT + 2):
+    def equal(self, pred, gold, limit=None):
+        return self.verdict(pred, gold, limit) is True
+
+    def verdict(self, pred, gold, limit=None):
+        """True or False, or None for no verdict: out of time, stalled past `limit`, dead, or not started."""
         with self.lock:  # one request at a time on the one pipe
             try:
                 if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
@@ -131,10 +173,13 @@ class _Verifier:
                         raise RuntimeError("math_verify helper did not start")
                 self.proc.stdin.write(json.dumps([pred, gold]) + "\n")
                 self.proc.stdin.flush()
-                return self._read(limit) == "1"
+                reply = self._read(VERIFY_LIMIT if limit is None else limit)
+                if reply not in ("1", "0", "?"):  # "": it died mid-request
+                    raise RuntimeError(f"math_verify helper said {reply!r}")
+                return {"1": True, "0": False}.get(reply)
             except Exception:
                 self.close()
-                return False
+                return None
 
 
 class _VerifierPool:
@@ -152,6 +197,9 @@ class _VerifierPool:
         self.cond, self.helpers, self.free = threading.Condition(), [], []
 
     def equal(self, pred, gold, **kw):
+        return self.verdict(pred, gold, **kw) is True
+
+    def verdict(self, pred, gold, **kw):
         with self.cond:
             while not self.free and len(self.helpers) >= self.size:
                 self.cond.wait()
@@ -160,7 +208,7 @@ class _VerifierPool:
                 self.free.append(self.helpers[-1])
             h = self.free.pop()
         try:
-            return h.equal(pred, gold, **kw)  # never raises
+            return h.verdict(pred, gold, **kw)  # never raises
         finally:
             with self.cond:
                 if any(h is x for x in self.helpers):  # not one taken before a fork
@@ -171,25 +219,41 @@ class _VerifierPool:
 _VERIFIER = _VerifierPool()
 
 
+class _NoVerdict(Exception):
+    pass
+
+
 @lru_cache(maxsize=1 << 16)  # K samples of one problem often give the same answer
 def _verified(pred, gold):
-    return _VERIFIER.equal(pred, gold)
+    v = _VERIFIER.verdict(pred, gold)
+    if v is None:  # raised, not returned: lru_cache keeps no exception, so the pair is asked again next time
+        raise _NoVerdict
+    return v
 
 
 def math_equal(pred, gold):
-    """Is `pred` the same answer as `gold`? Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000) compare exactly
-    here; anything else goes to math_verify in a helper process (see _Verifier; up to VERIFY_HELPERS
-    threads at once, see _VerifierPool). Safe from any thread; never raises; at most ~11 s of helper time
-    for a pathological input (plus any wait for a free helper)."""
+    """Is `pred` the same value as `gold`? Each must state one value (see the module docstring). Plain
+    numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%) compare exactly here; anything else goes to math_verify in
+    a helper process (see _Verifier; up to VERIFY_HELPERS threads at once, see _VerifierPool). Safe from
+    any thread; never raises; at most VERIFY_LIMIT (11 s) of helper time for a pathological input (plus
+    any wait for a free helper); False when the helper gives no verdict, without caching it."""
     try:
         p, g = _clean(pred), _clean(gold)
         if not p or not g or len(p) > 500 or len(g) > 500:  # an "answer" that long is not one
             return False
         if p == g:
             return True
+        if _several(p) or _several(g):
+            return False
+        if bool(re.search(EQ, p)) != bool(re.search(EQ, g)):  # an equation against a value: only `x = 7` is one
+            p, g = _unnamed(p), _unnamed(g)
+            if re.search(EQ, p) or re.search(EQ, g):
+                return False
         a, b = _number(p), _number(g)
         if a is not None and b is not None:
             return a == b
+        if ("%" in p) != ("%" in g):  # x% is not x
+            return False
         return _verified(p, g)
     except Exception:
         return False

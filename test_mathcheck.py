@@ -3,8 +3,15 @@ extract_boxed.
 
     python -m pytest -q test_mathcheck.py
 """
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 import data
 import mathcheck
@@ -30,7 +37,15 @@ def test_math_equal_never_raises_on_garbage():
         assert mathcheck.math_equal(p, g) is False
 
 
-def test_math_equal_from_a_worker_thread():
+def stall(helper):
+    """Stop a helper's process (SIGSTOP) and wait until it is stopped: whatever its speed or the machine's
+    load, it cannot answer now, so any limit is overrun (a test's verdict must not ride on timing)."""
+    os.kill(helper.proc.pid, signal.SIGSTOP)
+    while open(f"/proc/{helper.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.01)
+
+
+def test_math_equal_from_a_worker_thread(monkeypatch):
     mathcheck._verified.cache_clear()
     out = {}
 
@@ -45,14 +60,19 @@ def test_math_equal_from_a_worker_thread():
     v = mathcheck._Verifier()
     try:
         assert v.equal("x+1", "1+x") is True
-        assert v.equal("x+1", "1+x", limit=1e-4) is False
+        stall(v)  # (it used to be a 0.1 ms limit, which a warm helper sometimes met)
+        assert v.equal("x+1", "1+x", limit=0.2) is False
         assert v.proc is None
         assert v.equal("x+1", "1+x") is True
     finally:
         v.close()
     # the same through the pool: the overrun helper goes back to it and restarts on its next use
-    assert mathcheck._VERIFIER.equal("x+1", "1+x", limit=1e-4) is False
+    monkeypatch.setattr(mathcheck, "_VERIFIER", mathcheck._VerifierPool(size=1))  # one helper: the one stalled
     assert mathcheck._VERIFIER.equal("x+1", "1+x") is True
+    stall(mathcheck._VERIFIER.helpers[0])
+    assert mathcheck._VERIFIER.equal("x+1", "1+x", limit=0.2) is False
+    assert mathcheck._VERIFIER.equal("x+1", "1+x") is True
+    mathcheck._VERIFIER.helpers[0].close()
 
 
 def test_math_equal_from_threads_runs_in_several_helpers_at_once(monkeypatch):
@@ -95,3 +115,74 @@ def test_extract_boxed():
 
 def test_data_reexports_the_checker():  # callers (task_math, tests) still say data.math_equal
     assert data.math_equal is mathcheck.math_equal and data.extract_boxed is mathcheck.extract_boxed
+
+
+# ---- an answer is ONE value (issue 23) ------------------------------------------------------------
+# Each of these was accepted: math_verify reads the last side of an equation, drops a percent sign and
+# sums numbers that stand side by side. Checked both ways round (the tool-vs-reasoner check is symmetric).
+NOT_ONE_VALUE = [("1233 = 1234", "1234"), ("x = 1233 = 1234", "1234"), ("x = 1233 = 1234", "x = 1234"), ("2x+1 = 7", "7"),
+                 ("1234%", "1234"), (r"1234\%", "1234"), (r"1234 \%", "1234"), ("50", r"50\%"),
+                 ("1 2 3 4", "10"), ("4 6", "10"), (r"1\ 2\ 3\ 4", "10"), (r"1\quad 2\quad 3\quad 4", "10"), (r"1 \; 2 \; 3 \; 4", "10")]
+# ... while every form of the right value stays right (all accepted before; `x = 7` is the value 7)
+ONE_VALUE = [("x = 7", "7"), ("x=7", "x = 7"), ("x_{1} = 7", "7"), ("x = -7", "-7"), ("f(x) = x^2", "x^2"), (r"\theta = 7", "7"),
+             ("x = 3, y = 4", "(3,4)"), ("y - 2x = 1", "y = 2x+1"), ("y^2+x^2=1", "x^2+y^2=1"),
+             ("50%", r"50\%"), ("0.5", r"50\%"), ("1+2+3+4", "10"), (r"\boxed{x = 7}", "7"), ("1 2 3 4", "1 2 3 4")]
+
+
+@pytest.mark.parametrize("pred, gold", NOT_ONE_VALUE)
+def test_an_answer_is_one_value_not_a_chain_a_percent_or_a_list(pred, gold):
+    mathcheck._verified.cache_clear()
+    assert mathcheck.math_equal(pred, gold) is False and mathcheck.math_equal(gold, pred) is False
+
+
+def test_every_form_of_the_right_value_still_counts():
+    mathcheck._verified.cache_clear()
+    for p, g in EQUAL + ONE_VALUE:
+        assert mathcheck.math_equal(p, g) and mathcheck.math_equal(g, p), (p, g)
+
+
+# ---- no verdict is not a wrong verdict (issue 23) --------------------------------------------------
+
+def test_a_stalled_helper_is_not_remembered_as_wrong(monkeypatch):
+    """A helper that stalls gives no verdict: that call says False, but the pair is asked again next time
+    (it used to be cached as wrong for the rest of the run)."""
+    pool = mathcheck._VerifierPool(size=1)
+    monkeypatch.setattr(mathcheck, "_VERIFIER", pool)
+    mathcheck._verified.cache_clear()
+    try:
+        assert mathcheck.math_equal("a+b", "b+a") is True  # starts the one helper
+        stall(pool.helpers[0])
+        with monkeypatch.context() as m:
+            m.setattr(mathcheck, "VERIFY_LIMIT", 0.2, raising=False)  # (so the stalled call ends soon)
+            assert mathcheck.math_equal("x+1", "1+x") is False  # no verdict in time: not right, this once
+        assert mathcheck.math_equal("x+1", "1+x") is True  # a fresh helper answers; nothing was cached
+        assert mathcheck.math_equal("x+1", "x-1") is False  # a definite "no" ...
+        monkeypatch.setattr(pool, "verdict", lambda *a, **k: pytest.fail("asked again"), raising=False)
+        monkeypatch.setattr(pool, "equal", lambda *a, **k: pytest.fail("asked again"))
+        assert mathcheck.math_equal("x+1", "x-1") is False  # ... is cached
+        assert mathcheck.math_equal("x+1", "1+x") is True  # and so is a definite "yes"
+    finally:
+        for h in pool.helpers:
+            h.close()
+        mathcheck._verified.cache_clear()
+
+
+def test_a_helper_out_of_time_says_no_verdict_rather_than_no():
+    """math_verify's own timeouts used to come back as 0 ("not equal"): under load a slow parse would be
+    cached as a wrong answer. The helper's time per request is one alarm; running out of it is no verdict."""
+    here = os.path.dirname(os.path.abspath(mathcheck.__file__))
+    slow = (f"import sys, time; sys.path.insert(0, {here!r}); import mathcheck as M; M.VERIFY_TIMEOUT = 0.1; "
+            "fast = M._verify_here; M._verify_here = lambda p, g: fast(p, g) if p == '1' else time.sleep(3600); M._serve()")
+    proc = subprocess.Popen([sys.executable, "-c", slow], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdin.write('["x+1", "1+x"]\n')
+        proc.stdin.flush()
+        reply = []
+        t = threading.Thread(target=lambda: reply.append(proc.stdout.readline().strip()), daemon=True)
+        t.start()
+        t.join(120)  # a bound for a broken helper only: the alarm answers in well under a second
+        assert reply == ["?"]
+    finally:
+        proc.kill()
+        proc.wait()
