@@ -484,3 +484,50 @@ def test_out_bytes_keeps_a_long_output_and_says_when_it_cut(bw):
     rs = sandbox.run_many([(code, "")] * 2, out_bytes=1 << 20, bwrap=bw != "fallback", pool=bw == "pool")
     assert [(r.stdout, r.truncated) for r in rs] == [(full, False)] * 2
 
+
+# ---- nothing grows per job ----------------------------------------------------------------------------------
+
+def census():
+    """What this process holds: open fds, threads, children (pool workers apart), pool workers, sbx- temp dirs."""
+    kids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid():
+            kids.append(TAG in cmd)
+    inside = {}  # each pool process (bwrap, server): its fds and mounts
+    for pid in procs_with(TAG.decode(), grace=0):
+        try:
+            with open(f"/proc/{pid}/mountinfo") as f:
+                inside[pid] = (len(os.listdir(f"/proc/{pid}/fd")), len(f.readlines()))
+        except OSError:
+            pass
+    return {"fds": len(os.listdir("/proc/self/fd")), "threads": len(os.listdir("/proc/self/task")),
+            "children": kids.count(False), "workers": kids.count(True), "inside": inside,
+            "tmp": len([d for d in os.listdir(tempfile.gettempdir()) if d.startswith("sbx-")])}
+
+
+def test_no_leaks_per_job(bw):
+    """200 pool jobs (40 on the slower paths) hold no more fds, threads, children or temp dirs than the first
+    few: all that may appear after the warm-up is what a pool or a queue starts once per core (a worker: its
+    socket and bwrap; a queue thread)."""
+    n = 200 if bw == "pool" else 40
+    jobs = [(f"import os\nprint(int(input()) + 1)\nopen('f', 'w').write('x')", str(i)) for i in range(n)]
+    many = lambda js: sandbox.run_many(js, timeout=10.0, bwrap=bw != "fallback", pool=bw == "pool")
+    assert [r.stdout for r in many(jobs[:2 * sandbox.CORES])] == [f"{i + 1}\n" for i in range(2 * sandbox.CORES)]
+    warm = census()
+    rs = many(jobs) + [run(c, bw, stdin=s) for c, s in jobs[:10]]
+    assert [r.stdout for r in rs] == [f"{i + 1}\n" for i in list(range(n)) + list(range(10))]
+    served = census()["inside"]  # the workers that served the jobs hold no more fds or mounts either
+    both = set(warm["inside"]) & set(served)
+    assert {p: served[p] for p in both} == {p: warm["inside"][p] for p in both} and (both or bw != "pool")
+    assert run("while True: pass", bw, timeout=0.5).timed_out  # a killed worker leaves nothing behind
+    after, slack = census(), sandbox.CORES - warm["workers"]
+    assert after["workers"] <= sandbox.CORES and after["children"] <= warm["children"]
+    assert after["fds"] <= warm["fds"] + slack and after["threads"] <= warm["threads"] + sandbox.CORES
+    assert after["tmp"] == warm["tmp"]
