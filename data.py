@@ -49,6 +49,7 @@ SPLITS = ("train", "val", "test")
 OFFLINE_MATH = {"train": range(0, 350), "val": range(350, 400), "test": range(400, 500)}
 HUMANEVAL_SPLIT = {0: "test", 1: "val"}  # HumanEval/n by n % 5; the rest is train
 LCB_RELEASE = 5  # LiveCodeBench release_v5: test.jsonl ... test5.jsonl (880 problems)
+MAX_OUT_BYTES = 16 << 20  # stdout kept of one test's run at most, however long its expected output
 
 
 def _check_split(split):
@@ -404,6 +405,15 @@ def _same_output(got, expected):
     return True
 
 
+def _first_difference(got, expected):
+    """(line number, expected line, got line) of the first non-blank line where the outputs differ, when
+    their first lines agree (a long output's head would show nothing); else None."""
+    a, b = ([ln for ln in s.splitlines() if ln.strip()] for s in (got, expected))
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if not _same_output(x, y)), min(len(a), len(b)))
+    end = "(end of output)"
+    return (i + 1, b[i] if i < len(b) else end, a[i] if i < len(a) else end) if i > 0 else None
+
+
 def _last_line(text):
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if lines else "no output"
@@ -419,8 +429,13 @@ def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
     if not isinstance(program, str) or not program.strip():
         return Report(0, len(tests), ["empty program"] if tests else [])
     kind, nonce = problem.get("kind", "stdin"), secrets.token_hex(8)
+    out_bytes = sandbox.MAX_OUTPUT  # a judge's verdict is one short line
     if kind == "stdin":
         jobs = [(program, str(t.get("input", "")) if isinstance(t, dict) else "") for t in tests]
+        expected = [str(t.get("output", "")).encode() if isinstance(t, dict) else b"" for t in tests]
+        # room for a right answer spaced differently (the comparison is token-wise); the sandbox keeps
+        # 64 KiB unless asked, and a cut output can never match
+        out_bytes = min(MAX_OUT_BYTES, 2 * max(map(len, expected), default=0) + sandbox.MAX_OUTPUT)
     else:
         setup, entry = problem.get("setup") or "", problem.get("entry_point")
         judge = (f"PROGRAM = {program!r}\nENTRY = {entry if isinstance(entry, str) else None!r}\n"
@@ -432,9 +447,14 @@ def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
         """(passed, why not) of one test's run."""
         if kind == "stdin":
             exp = str(t.get("output", "")) if isinstance(t, dict) else ""
-            ok = not r.timed_out and r.returncode == 0 and _same_output(r.stdout, exp)
-            what = f"input: {_short(t.get('input', '') if isinstance(t, dict) else t)} expected: {_short(exp)} "
-            why = f"got: {_short(r.stdout)}" if r.returncode == 0 else f"error: {_short(_last_line(r.stderr), 80)}"
+            ok = not r.timed_out and not r.truncated and r.returncode == 0 and _same_output(r.stdout, exp)
+            diff = None if ok or r.truncated or r.returncode else _first_difference(r.stdout, exp)
+            what = f"input: {_short(t.get('input', '') if isinstance(t, dict) else t)} "
+            if r.truncated:  # it printed more than a right answer needs, whether or not it also ran out of time
+                return False, f"{what}output over {out_bytes:,} bytes"[:200]
+            what += f"line {diff[0]}: " if diff else f"expected: {_short(exp)} "
+            why = (f"expected {_short(diff[1])} got: {_short(diff[2])}" if diff else
+                   f"got: {_short(r.stdout)}" if r.returncode == 0 else f"error: {_short(_last_line(r.stderr), 80)}")
         else:  # only the judge's last line, with this run's nonce, is a verdict
             last = (r.stdout.splitlines() or [""])[-1]
             ok = not r.timed_out and r.returncode == 0 and last == f"{nonce} PASS"
@@ -444,7 +464,7 @@ def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
         return ok, (what + (f"timed out after {timeout:g}s" if r.timed_out else why))[:200]
 
     stop = (lambda i, r: not verdict(tests[i], r)[0]) if first_failure else None
-    results = sandbox.run_many(jobs, timeout=timeout, stop=stop)
+    results = sandbox.run_many(jobs, timeout=timeout, stop=stop, out_bytes=out_bytes)
     passed, failures = 0, []
     for t, r in zip(tests, results):
         if r is None:  # not run: the result was decided before it

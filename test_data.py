@@ -155,6 +155,23 @@ def test_output_comparison_is_token_wise():
     assert not data._same_output("2", "2.1")
 
 
+def test_long_expected_output_passes_and_endless_output_fails_clearly():
+    """The sandbox keeps 64 KiB of stdout unless asked for more: a correct program whose expected output is
+    20,000 lines used to fail, with the same text shown as expected and got (issue 23)."""
+    n = 20_000
+    p = {"kind": "stdin", "tests": [{"input": f"{n}\n", "output": "".join(f"line {i}\n" for i in range(n))}]}
+    r = data.run_tests("for i in range(int(input())):\n    print('line', i)", p)
+    assert r.ok, r
+    # wrong far down: the message shows where, not two equal heads
+    r = data.run_tests("for i in range(int(input())):\n    print('line', i if i != 15000 else -1)", p)
+    assert r.passed == 0 and "line 15001" in r.failures[0] and "'line 15000'" in r.failures[0] and "'line -1'" in r.failures[0], r
+    # more output than any right answer could need: a one-line reason, whether it ends or not
+    for flood in ["import sys\nsys.stdout.write('line 0\\n' * 5_000_000)",
+                  "import sys\nsys.stdout.write('line 0\\n' * 5_000_000)\nwhile True:\n    print('line 0')"]:
+        r = data.run_tests(flood, p)
+        assert r.passed == 0 and "output over" in r.failures[0] and len(r.failures[0]) <= 200, r
+
+
 def test_offline_code_splits_are_disjoint():
     splits = {s: data.load_code(s, "offline") for s in data.SPLITS}
     names = {s: {p["name"] for p in rows} for s, rows in splits.items()}
