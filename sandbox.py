@@ -21,7 +21,11 @@ warned and skipped where it fails): one namespace per worker, one worker per cor
 interpreter that forks every job into fresh PID, mount and IPC namespaces of its own (own /tmp tmpfs,
 own /proc, the program is their PID 1: whatever it leaves dies with it), same limits and uid drop.
 Every property above holds per job; see the comment above _SERVER. run_many and concurrent run()
-calls share one queue, so all the programs of a training step keep every core busy.
+calls share one queue, so all the programs of a training step keep every core busy. Workers are started
+by one long-lived thread: they outlive the callers' threads and die with the process.
+On every path a program behaves as under plain `python -I -c` (same returncode and stdout; the PLAIN
+programs of test_sandbox.py check it), whether the caller is root, SANDBOX_POOL is set, or Python lives
+under /tmp.
 Never enforced: syscall filtering (no seccomp); disk use in the fallback beyond 1 MiB per file.
 Cost: `python bench.py --sandbox` prints runs/s of the pool vs one namespace per run.
 
