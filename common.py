@@ -8,7 +8,9 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import socket
 import sys
 
@@ -183,48 +185,69 @@ def set_rng_states(st, streams):
 def save_checkpoint(out_dir, step, policies, tok, state, keep=2, rank=0, world=1, log=print):
     """Rank 0 writes each policy as a Hugging Face directory, or with LoRA a peft adapter directory (under
     FSDP its full weights gathered one tensor at a time, every rank taking part); every rank writes its trainer state: the optimisers and
-    schedulers (its shards), the step and `state` (RNG states, args). Atomic: the directory is renamed,
-    then `latest` moves; only the newest `keep` checkpoints stay."""
+    schedulers (its shards), the step and `state` (RNG states, args). Atomic: written into .tmp-ckpt-N and
+    fsynced, renamed, then `latest` moves; only then are old ones pruned (prune). A failed write (disk
+    full) is a one-line error naming the directory; the previous checkpoint stays what `latest` names."""
     name = f"ckpt-{step:06d}"
     tmp = os.path.join(out_dir, f".tmp-{name}")
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-    barrier()
-    for policy in policies.values():
-        d = os.path.join(tmp, policy.name)
-        if policy.adapter:  # a peft adapter directory (its config names the base model)
-            full = [(k, v.cpu()) for k, v in policy.engine_weights()]  # under FSDP a collective, as below
-            if rank == 0:
-                from policies import save_adapter  # (policies imports this module: import here)
-                save_adapter(d, policy.lora_config, full)
-        elif policy.sharded:
-            full = {}
-            for k, v in policy.engine_weights():  # collective: every rank drains it, rank 0 keeps it
-                if rank == 0:
-                    full[k] = v.cpu()
-            if rank == 0:
-                policy.model.save_pretrained(d, state_dict=full)
-        elif rank == 0:
-            policy.model.save_pretrained(d)
+    try:
         if rank == 0:
-            tok.save_pretrained(d)
-    trainer = {n: p.trainer_state() for n, p in policies.items()}
-    torch.save({"step": step, "world": world, "opt": {n: t["opt"] for n, t in trainer.items()},
-                "sched": {n: t["sched"] for n, t in trainer.items()}, **state},
-               os.path.join(tmp, trainer_file(rank, world)))
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+        barrier()
+        for policy in policies.values():
+            d = os.path.join(tmp, policy.name)
+            if policy.adapter:  # a peft adapter directory (its config names the base model)
+                full = [(k, v.cpu()) for k, v in policy.engine_weights()]  # under FSDP a collective, as below
+                if rank == 0:
+                    from policies import save_adapter  # (policies imports this module: import here)
+                    save_adapter(d, policy.lora_config, full)
+            elif policy.sharded:
+                full = {}
+                for k, v in policy.engine_weights():  # collective: every rank drains it, rank 0 keeps it
+                    if rank == 0:
+                        full[k] = v.cpu()
+                if rank == 0:
+                    policy.model.save_pretrained(d, state_dict=full)
+            elif rank == 0:
+                policy.model.save_pretrained(d)
+            if rank == 0:
+                tok.save_pretrained(d)
+        trainer = {n: p.trainer_state() for n, p in policies.items()}
+        torch.save({"step": step, "world": world, "opt": {n: t["opt"] for n, t in trainer.items()},
+                    "sched": {n: t["sched"] for n, t in trainer.items()}, **state},
+                   os.path.join(tmp, trainer_file(rank, world)))
+        fsync_tree(tmp if rank == 0 else os.path.join(tmp, trainer_file(rank, world)))
+    except WRITE_ERRORS as e:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # whatever it holds is unusable, and the space is wanted
+        die(f"checkpoint {name} not written in {out_dir}: {first_line(e)}; the previous one "
+            f"({latest_checkpoint(out_dir) or 'none'}) is intact: free space, then --resume")
+    kill_point("ckpt", step)  # test hook: written, not renamed
     barrier()
     if rank == 0:
         final = os.path.join(out_dir, name)
-        shutil.rmtree(final, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)  # an orphan of a killed run (see prune)
         os.rename(tmp, final)
-        with open(os.path.join(out_dir, "latest.tmp"), "w") as f:
-            f.write(name)
-        os.replace(os.path.join(out_dir, "latest.tmp"), os.path.join(out_dir, "latest"))
-        for old in sorted(d for d in os.listdir(out_dir) if d.startswith("ckpt-"))[:-max(1, keep)]:
-            shutil.rmtree(os.path.join(out_dir, old), ignore_errors=True)
+        fsync_tree(out_dir, files=False)
+        kill_point("rename", step)  # test hook: renamed, `latest` not moved yet
+        replace_file(os.path.join(out_dir, "latest"), lambda f: f.write(name))
+        kill_point("prune", step)  # test hook: `latest` moved, the old ones not pruned yet
+        prune(out_dir, step, keep)
         log(f"checkpoint {final}")
     barrier()
+
+
+def prune(out_dir, step, keep):
+    """After `latest` names ckpt-<step>: keep it and the newest keep-1 before it. Checkpoints past `step`
+    go too: a kill between their rename and the `latest` update left them, and the run resumed before
+    them (their steps were recomputed), as do the .tmp- directories of killed saves."""
+    ckpts = sorted((int(d[5:]), d) for d in os.listdir(out_dir) if re.fullmatch(r"ckpt-\d+", d))
+    older = [d for s, d in ckpts if s < step]
+    stale = [d for s, d in ckpts if s > step] + older[:max(0, len(older) - (max(1, keep) - 1))]
+    stale += [d for d in os.listdir(out_dir) if d.startswith(".tmp-ckpt-")]
+    for d in stale:
+        shutil.rmtree(os.path.join(out_dir, d), ignore_errors=True)
 
 
 def latest_checkpoint(out_dir):
@@ -250,11 +273,96 @@ def load_checkpoint(ckpt, policies, rank=0, world=1):
 
 
 def trim_metrics(out_dir, step):
-    """On resume: metrics after the checkpoint's step will be recomputed. Their old lines move to
-    metrics.discarded.jsonl, never lost."""
-    path = os.path.join(out_dir, "metrics.jsonl")
-    lines = open(path).read().splitlines() if os.path.exists(path) else []
-    with open(os.path.join(out_dir, "metrics.discarded.jsonl"), "a") as f:
-        f.writelines(ln + "\n" for ln in lines if json.loads(ln)["step"] > step)
-    with open(path, "w") as f:
-        f.writelines(ln + "\n" for ln in lines if json.loads(ln)["step"] <= step)
+    """On resume: the lines of metrics.jsonl and samples.jsonl after the checkpoint's step will be
+    recomputed. They move to metrics.discarded.jsonl / samples.discarded.jsonl, never lost (a kill between
+    the two writes may list some twice there); a torn last line (a kill, a power loss, a full disk) goes
+    there too. Each file is replaced atomically: a kill leaves the old file or the new one."""
+    for name in ("metrics", "samples"):
+        path = os.path.join(out_dir, f"{name}.jsonl")
+        if not os.path.exists(path):
+            continue
+        lines = open(path).read().splitlines()
+        keep, drop = [], []
+        for i, ln in enumerate(lines):
+            try:
+                row = json.loads(ln)
+                (keep if row["step"] <= step else drop).append(ln)
+            except (ValueError, TypeError, KeyError):
+                if i < len(lines) - 1:  # only the last line can be cut by a crash: anything else is damage
+                    die(f"{path} line {i + 1} is not a JSON line with a step ({ln[:40]!r}); only a torn LAST "
+                        "line is dropped on resume: repair or remove it, then --resume")
+                drop.append(ln)
+        if drop:
+            append_lines(os.path.join(out_dir, f"{name}.discarded.jsonl"), drop)
+            replace_file(path, lambda f: f.writelines(ln + "\n" for ln in keep))
+
+
+# ---- durable files: a kill or a full disk loses at most the current step ------------------------------
+try:
+    from safetensors import SafetensorError  # what safetensors raises on a failed write (disk full)
+except ImportError:  # pragma: no cover
+    SafetensorError = OSError
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)  # torch.save reports a full disk as RuntimeError
+
+
+def first_line(e):
+    return (getattr(e, "strerror", None) or str(e) or type(e).__name__).splitlines()[0]
+
+
+def kill_point(point, step, f=None, text=""):
+    """Test hook of test_faults.py, inert otherwise: with ATGRPO_KILL_AT=POINT:STEP in the environment,
+    this process SIGKILLs itself on reaching `point` at training step `step` (with a file `f`: after
+    writing the first half of `text` to it, a torn line). Points: eval_before (step 0), rollout, update,
+    metrics, samples (lines appended), ckpt, rename, prune (save_checkpoint), trim (resume)."""
+    if os.environ.get("ATGRPO_KILL_AT") == f"{point}:{step}":
+        if f is not None:
+            f.write(text[:len(text) // 2])
+            f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def append_lines(path, rows, point=None, step=None):
+    """JSON lines (rows: dicts, or lines already encoded) appended and fsynced: a kill tears at most the
+    last line (trim_metrics drops it on resume). A failed write (disk full) is a one-line error."""
+    text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+    try:
+        with open(path, "a") as f:
+            if point:
+                kill_point(point, step, f, text)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        die(f"cannot write {path}: {first_line(e)}; the last checkpoint is intact: free space, then --resume")
+
+
+def replace_file(path, write):
+    """`write(f)` into path.tmp, fsynced, then os.replace: a kill leaves the old file or the new one."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        die(f"cannot write {path}: {first_line(e)}; the last checkpoint is intact: free space, then --resume")
+    fsync_tree(os.path.dirname(path) or ".", files=False)
+
+
+def write_json(path, obj):
+    replace_file(path, lambda f: json.dump(obj, f, indent=1))
+
+
+def fsync_tree(path, files=True):
+    """fsync a file, or a directory with (files=True) everything under it: on disk before a rename."""
+    paths = [path]
+    if os.path.isdir(path) and files:
+        for root, dirs, names in os.walk(path):
+            paths += [os.path.join(root, n) for n in dirs + names]
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
