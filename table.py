@@ -19,7 +19,9 @@ and, first, the floor: the success of uniformly random answers (envs.random_floo
 Each training is a `train.py --preset P` process and each evaluation an `eval.py --preset P` process,
 exactly as a user runs them (the preset, cpu-demo or cpu-demo-math, is the one source of the settings).
 Finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted table resumes
-where it stopped; a directory holding a table made with other settings is refused, never mixed in.
+where it stopped; a directory holding a table made with other settings is refused, never mixed in, and
+an eval JSON whose recorded settings are not the ones its row would run with now (or a torn one) is
+made again (the stale file kept aside as .stale-TIME).
 The step budget (60) is what fits the 30-minute bar: the parallel-sampling ablation costs ~2.5x a
 tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
 """
@@ -31,6 +33,7 @@ import sys
 import time
 
 import envs
+import rollout
 from common import PRESETS, Parser, die, latest_checkpoint, make_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +79,34 @@ def check_settings(a, settings):
         json.dump(want, f, indent=1)
 
 
+def eval_is_current(path, preset, settings, seed, n, flags):
+    """Whether the eval JSON at `path` recorded the settings `eval.py --preset P --seed S --n N --split
+    test FLAGS` runs with: the flags this table passes (model, roles' models, workflow), the task's
+    evaluation protocol (samples, temperature) and the preset's settings that eval.py has (its
+    `temperature` aside: the preset's is training's). A missing, torn or foreign file is not current."""
+    try:
+        with open(path) as f:
+            have = json.load(f)["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    want = {k: v for k, v in settings.items() if k in have and k not in ("model", "temperature")}
+    proto = rollout.eval_protocol(settings["task"])
+    want.update(preset=preset, seed=seed, n=n, split="test", samples=proto["samples"],
+                temperature=proto["temperature"], workflow="mas", role_model=[])
+    for k, v in zip(flags[::2], flags[1::2]):  # --model M, --role_model R=M (repeated), --workflow W
+        k = k.lstrip("-")
+        want[k] = want[k] + [v] if k == "role_model" else v
+    real = lambda p: os.path.realpath(os.path.join(HERE, p))  # eval.py runs here; paths compare resolved
+    want["model"] = real(want["model"])
+    want["role_model"] = [f"{r}={real(m)}" for r, _, m in (x.partition("=") for x in want["role_model"])]
+    try:
+        have = {**have, "model": real(have["model"]),
+                "role_model": [f"{r}={real(m)}" for r, _, m in (x.partition("=") for x in have["role_model"])]}
+    except (KeyError, TypeError, AttributeError):
+        return False
+    return all(k in have and have[k] == v for k, v in want.items())
+
+
 def main(argv=None):
     ap = Parser(description="The paper's table in miniature (CPU demo). See the docstring.")
     ap.add_argument("--preset", default="cpu-demo", choices=("cpu-demo", "cpu-demo-math"),
@@ -119,6 +150,9 @@ def main(argv=None):
         else:
             model = ["--model", a.tiny_dir]
         out = os.path.join(a.out_dir, f"eval-{slug(name)}.json")
+        if os.path.exists(out) and not eval_is_current(out, preset, settings, a.seed, a.eval_n, model + eflags):
+            print(f"{out}: made with other settings (or unreadable): evaluating again", flush=True)
+            os.rename(out, f"{out}.stale-{int(time.time())}")
         if not os.path.exists(out):
             sh([py, "eval.py", *common, *model, *eflags, "--n", str(a.eval_n), "--split", "test", "--json", out], log)
         r = json.load(open(out))
