@@ -291,7 +291,9 @@ def _prompts(sampler, items, role, max_prompt_tokens):
 
 
 def group_key(pid, env, role):
-    """AT-GRPO's group: (problem, turn, role). Its K samples share one prompt (check_groups asserts it)."""
+    """AT-GRPO's group: (problem, turn, role). Its K samples share one prompt (check_groups asserts it).
+    An ablation may pool several draws into one group, e.g. `return (pid, role)`: a problem's turns
+    together (K x turns samples, K from each turn's prompt)."""
     return (pid, env.turn, role)
 
 
@@ -362,13 +364,15 @@ def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_toke
 
 
 def check_groups(samples, K):
-    """Every tree group holds exactly K samples drawn from identical prompt ids."""
-    groups = {}
-    for s in samples:
-        groups.setdefault(s.key, []).append(s)
-    for key, g in groups.items():
-        assert len(g) == K, f"group {key} has {len(g)} samples, expected K={K}"
-        assert all(s.prompt_ids == g[0].prompt_ids for s in g), f"group {key} mixes prompts"
+    """Tree sampling's invariant, whatever group_key makes of it. The samples, in tree_rollout's order,
+    are draws of K in a row, one per (problem, turn, role): a draw is K samples of ONE prompt under one
+    key. A group is the draws sharing its key: one (K samples) for the default key, a problem's turns
+    (K x turns) for a turn-blind one: whole draws, never a part of one, whatever their number."""
+    assert len(samples) % K == 0, f"{len(samples)} samples are not whole draws of K={K}"
+    for i in range(0, len(samples), K):
+        draw, key = samples[i:i + K], samples[i].key
+        assert all(s.key == key for s in draw), f"a draw of K={K} is split over groups {key} and others"
+        assert all(s.prompt_ids == draw[0].prompt_ids for s in draw), f"group {key} mixes prompts within a draw of K={K}"
 
 
 def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt_tokens=4096, workers=32):

@@ -219,6 +219,38 @@ def test_check_groups_rejects_bad_groups():
         R.check_groups([s([1], (0, 0, "a"))] * 3, 2)  # K+1 members
 
 
+def test_turn_blind_group_key_runs_and_check_groups_asserts_what_it_needs(tok, monkeypatch):
+    """README's ablation `return (pid, role)` in group_key (per-(problem, role) groups, ignoring the turn)
+    used to die in check_groups ('group (0, 'tool') has 8 samples, expected K=4'). Such a group pools its
+    problem's turns: K samples per (problem, turn) drawn from one prompt, K x turns in all, and that is
+    what check_groups asserts, for this key and the default one alike."""
+    K = 4
+    sampler = R.Sampler(Scripted(tok, ["UU", "garbage", "LR", "D"]), tok, lambda r: "shared", lambda n: {})
+    monkeypatch.setattr(R, "group_key", lambda pid, env, role: (pid, role))  # the recipe, as written
+    samples, finals = R.tree_rollout([plan_env(i) for i in range(3)], sampler, K, 1.0, 8, random.Random(0))
+    groups = {}
+    for s in samples:
+        groups.setdefault(s.key, []).append(s)
+    assert set(groups) == {(p, r) for p in range(3) for r in ("tool", "planner")}
+    for key, g in groups.items():
+        turns = finals[key[0]].turn
+        prompts = [tuple(s.prompt_ids) for s in g]
+        assert len(g) == K * turns and all(prompts.count(p) == K for p in prompts)  # K per turn
+    assert any(f.turn == 2 for f in finals)  # some groups really pool two turns
+
+
+def test_check_groups_rejects_what_no_grouping_can_use():
+    s = lambda p, k: R.Sample(p, [1], [0.0], 0.0, k, "a", "a", False)
+    two_turns = [s([1], (0, "a"))] * 2 + [s([2], (0, "a"))] * 2
+    R.check_groups(two_turns, 2)  # one group of K x 2 turns, K per prompt: fine
+    with pytest.raises(AssertionError):
+        R.check_groups(two_turns[:3], 2)  # a turn's draw short of K
+    with pytest.raises(AssertionError):
+        R.check_groups([s([1], (0, "a")), s([2], (0, "a")), s([2], (0, "a")), s([1], (0, "a"))], 2)  # draws mix prompts
+    with pytest.raises(AssertionError):
+        R.check_groups([s([1], (0, "a")), s([1], (1, "a"))], 2)  # one draw of K split over two groups
+
+
 def test_tree_rollout_with_vllm(vllm_engine, tok, tiny_dir):
     from transformers import AutoModelForCausalLM
     m = AutoModelForCausalLM.from_pretrained(tiny_dir)
