@@ -7,16 +7,19 @@ load_math(split, data) -> [{"problem", "answer", "source"}], split "train" | "va
                     AIME25 + OlympiadBench OE_TO_maths_en_COMP ("source" tells them apart)
     a MATH_HUB name one of those sets alone (evaluation sets only serve "test")
     "offline"       data/math_offline.jsonl: lines 0-349 train, 350-399 val, 400-499 test
-    a path          a JSONL or Parquet file with problem/answer fields (one set: every split gets all)
+    a path          a JSONL or Parquet file with problem/answer fields (one set: every split gets all, and
+                    val/test warn that they are the training problems)
+    "split:" + path the same file split by content hash like the games and arith: 80% train, 10% val, 10% test
 load_code(split, data) -> [{"name", "problem", "kind", "tests", "reference", "entry_point"} (+ "setup")]:
     data=None       train/val: CodeContests train/valid; test: LiveCodeBench release_v{LCB_RELEASE}
     a CODE_HUB name one of those sets, or APPS (train/test)
     "humaneval"     the 164 HumanEval problems, for any split (it is an evaluation set)
     "offline"       train: data/code_stdin.jsonl + HumanEval/n with n % 5 >= 2; val n % 5 == 1; test n % 5 == 0
-    a path          a JSONL of records in the normalised format (every split gets all)
+    a path          a JSONL of records in the normalised format (every split gets all; "split:" + path as above)
 Loads are cached: each call returns the same list, treat it as read-only. A hub set that cannot be loaded
-raises RuntimeError saying what to do (never a silent fallback); a malformed record raises ValueError
-naming the dataset or file and the record.
+raises RuntimeError saying what to do (never a silent fallback). A malformed record (a missing answer,
+no tests, a problem that is not a string, a field over MAX_*_CHARS) is skipped and counted in a warning;
+when half a set's records or more are malformed, a one-line ValueError names the set and its first bad one.
 
 Tests of kind "stdin" are {"input", "output"}: the program gets the input only, and its output is
 compared here, token-wise (floats to 1e-6). Tests of kind "function" are Python statements asserting on
@@ -41,7 +44,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import sandbox
-from mathcheck import extract_boxed, math_equal  # noqa: F401  (callers use data.math_equal)
+from mathcheck import MAX_ANSWER, extract_boxed, math_equal  # noqa: F401  (callers use data.math_equal)
+from task import split_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA_DIR = os.path.join(HERE, "data")
@@ -50,6 +54,9 @@ OFFLINE_MATH = {"train": range(0, 350), "val": range(350, 400), "test": range(40
 HUMANEVAL_SPLIT = {0: "test", 1: "val"}  # HumanEval/n by n % 5; the rest is train
 LCB_RELEASE = 5  # LiveCodeBench release_v5: test.jsonl ... test5.jsonl (880 problems)
 MAX_OUT_BYTES = 16 << 20  # stdout kept of one test's run at most, however long its expected output
+# a record with a longer field is skipped: it could only waste a prompt or a sandbox run
+MAX_PROBLEM_CHARS = 100_000  # a problem statement (~25k tokens)
+MAX_TEST_CHARS = MAX_OUT_BYTES // 4  # one test's input, expected output or statement (run_tests keeps 2x + 64 KiB)
 
 
 def _check_split(split):
@@ -64,6 +71,56 @@ def _need(value, what, where):
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: missing or empty {what!r}")
     return value.strip()
+
+
+def _text(value, what, where):
+    """A required statement: a non-empty string (a number or a list is not a problem)."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{where}: {what!r} must be a string, not {type(value).__name__}")
+    return _need(value, what, where)
+
+
+def _fits(rec, where):
+    """`rec`, or ValueError when one of its fields is absurdly long."""
+    sizes = [("problem", len(rec["problem"]), MAX_PROBLEM_CHARS), ("answer", len(rec.get("answer") or ""), MAX_ANSWER)]
+    sizes += [(f"test {j}", max(map(len, t.values()), default=0) if isinstance(t, dict) else len(t), MAX_TEST_CHARS)
+              for j, t in enumerate(rec.get("tests") or [])]
+    for what, n, most in sizes:
+        if n > most:
+            raise ValueError(f"{where}: {what} is {n:,} characters long (at most {most:,})")
+    return rec
+
+
+def _usable(name, rows, norm):
+    """{row index: norm(row)} of a set's rows, read one by one. A malformed row (norm raises: a missing
+    field, a wrong type, an absurd length) is skipped and counted in a warning, so a few bad rows never
+    stop a run; when half the rows or more are malformed the set itself is wrong (another schema, the
+    wrong file), and a one-line ValueError names its first bad row. norm may return None for a problem
+    that cannot be tested here: skipped and counted too."""
+    out, bad, untestable, n = {}, [], 0, 0
+    for i, row in enumerate(rows):
+        n, where = n + 1, f"{name} record {i}"
+        try:
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}: not a JSON object")
+            rec = norm(row, where)
+            out[i] = _fits(rec, where) if rec is not None else None
+        except Exception as e:  # bad JSON inside a field, a wrong type, ...: say which record
+            why = str(e) if isinstance(e, ValueError) and str(e).startswith(where) else f"{where}: malformed ({type(e).__name__}: {e})"
+            bad.append(" ".join(why.split())[:300])
+        untestable += out.get(i, 0) is None
+    out = {i: r for i, r in out.items() if r is not None}
+    if n == 0:
+        raise ValueError(f"{name}: no records")
+    if bad and (2 * len(bad) >= n or not out):
+        raise ValueError(bad[0])
+    if bad:
+        warnings.warn(f"{name}: skipped {len(bad)} of {n} malformed records (the first: {bad[0]})")
+    if untestable:
+        warnings.warn(f"{name}: skipped {untestable} of {n} problems that cannot be tested here (no tests, or file I/O)")
+    if not out:
+        raise ValueError(f"{name}: none of its {n} problems can be tested here")
+    return out
 
 
 def _read_records(path):
@@ -105,29 +162,38 @@ def _from_hub(name, norm, config=None, split="train", files=None, columns=None):
     except Exception as e:
         raise RuntimeError(f"{name}: could not load it from the Hugging Face hub "
                            f"({type(e).__name__}: {e}); check network access, or pass data='offline' or a local file") from e
-    out, skipped = [], 0
-    for i, row in enumerate(ds):
-        where = f"{name} record {i}"
-        try:
-            rec = norm(row, where)
-        except Exception as e:  # bad JSON inside a field, a wrong type, ...: say which record
-            if isinstance(e, ValueError) and str(e).startswith(where):
-                raise
-            raise ValueError(f"{where}: malformed ({type(e).__name__}: {e})") from e
-        if rec is None:
-            skipped += 1
-        else:
-            out.append(rec)
-    if skipped:
-        warnings.warn(f"{name}: skipped {skipped} of {skipped + len(out)} problems that cannot be tested here "
-                      "(no tests, or file I/O)")
-    return out
+    return _usable(name, ds, norm)
+
+
+@lru_cache(maxsize=None)
+def _local_file(path, kind, source=None):
+    """{row index: record} of a local file of math or code records, read and checked once."""
+    norm = (lambda r, w: _math_rec(r.get("problem"), r.get("answer"), w, source or path)) if kind == "math" else _code_rec
+    return _usable(path, _read_records(path), norm)
+
+
+def _local(data, split, kind):
+    """A local file's records for `split`. FILE: the file is one set, every split gets all of it (an
+    evaluation file is evaluated whole), and a held-out split says so, since a run that trained on the
+    file would measure training problems. split:FILE: the records whose content hash names `split`,
+    with the games' and arith's shares (task.split_of): held out by the problem text, whatever the row order."""
+    data = os.fspath(data)
+    by_hash = data.startswith("split:")
+    path = data[len("split:"):] if by_hash else data
+    recs = list(_local_file(path, kind).values())
+    if by_hash:
+        return [r for r in recs if split_of(("data", " ".join(r["problem"].split()))) == split]
+    if split != "train":
+        warnings.warn(f"{path}: a local file is one set (train, val and test are all of it): a run that trains "
+                      f"on it is evaluated on its own training problems; data='split:{path}' holds out 10% val "
+                      "and 10% test by content hash")
+    return recs
 
 
 # ---- math ----------------------------------------------------------------------------------------
 
 def _math_rec(problem, answer, where, source):
-    return {"problem": _need(problem, "problem", where), "answer": _need(answer, "answer", where), "source": source}
+    return {"problem": _text(problem, "problem", where), "answer": _need(answer, "answer", where), "source": source}
 
 
 def _olympiad_answer(final_answer, where):
@@ -155,9 +221,9 @@ def _math_hub(name, split):
     if split not in ours:
         raise ValueError(f"{name} serves split(s) {', '.join(ours)}, not {split!r}")
     rows = _from_hub(name, norm, config, hub_split)
-    if ours == ("train", "val"):  # no val split of its own: every 100th record is held out
-        rows = [r for i, r in enumerate(rows) if (i % 100 == 99) == (split == "val")]
-    return rows
+    if ours == ("train", "val"):  # no val split of its own: every 100th record is held out (skipped ones too)
+        return [r for i, r in rows.items() if (i % 100 == 99) == (split == "val")]
+    return list(rows.values())
 
 
 @lru_cache(maxsize=None)
@@ -168,14 +234,10 @@ def load_math(split, data=None):
         return [r for n in names for r in _math_hub(n, split)]
     if data in MATH_HUB:
         return _math_hub(data, split)
-    offline = data == "offline"
-    path = os.path.join(DATA_DIR, "math_offline.jsonl") if offline else os.fspath(data)
-    rows = [r if isinstance(r, dict) else {} for r in _read_records(path)]
-    if not rows:
-        raise ValueError(f"{path}: no records")
-    keep = OFFLINE_MATH[split] if offline else range(len(rows))  # a local file is one set: any split gets all of it
-    return [_math_rec(rows[i].get("problem"), rows[i].get("answer"), f"{path} record {i}", "offline" if offline else path)
-            for i in keep if i < len(rows)]
+    if data == "offline":
+        recs = _local_file(os.path.join(DATA_DIR, "math_offline.jsonl"), "math", "offline")
+        return [recs[i] for i in OFFLINE_MATH[split] if i in recs]
+    return _local(data, split, "math")
 
 
 # ---- code ----------------------------------------------------------------------------------------
@@ -197,7 +259,8 @@ def _eq(got, expected, unwrap=False):
 """
 
 # The judge of a function test is judge.py (its docstring: the threat and the design), run as a script.
-_JUDGE = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge.py")).read()
+with open(os.path.join(HERE, "judge.py")) as _f:
+    _JUDGE = _f.read()
 
 
 def _lit(v):
@@ -235,7 +298,7 @@ def _code_contests(row, where):
     tests = _stdin_tests(pairs)
     if not tests:
         return None
-    return {"name": row.get("name") or where, "problem": _need(row.get("description"), "description", where),
+    return {"name": row.get("name") or where, "problem": _text(row.get("description"), "description", where),
             "kind": "stdin", "tests": tests, "reference": ref, "entry_point": None}
 
 
@@ -247,7 +310,7 @@ def _apps(row, where):
     if not ins or len(ins) != len(outs):
         return None
     starter = row.get("starter_code") or ""
-    rec = {"name": f"apps/{row.get('problem_id', where)}", "problem": _with_starter(_need(row.get("question"), "question", where), starter),
+    rec = {"name": f"apps/{row.get('problem_id', where)}", "problem": _with_starter(_text(row.get("question"), "question", where), starter),
            "reference": sols[0] if sols else None, "entry_point": fn}
     if not fn:
         return {**rec, "kind": "stdin", "tests": _stdin_tests(zip(ins, outs))}
@@ -274,7 +337,7 @@ def _livecodebench(row, where):
     meta = row.get("metadata") or "{}"
     fn = (meta if isinstance(meta, dict) else json.loads(meta)).get("func_name")
     rec = {"name": f"lcb/{row.get('question_id', where)}", "reference": None, "entry_point": fn,
-           "problem": _with_starter(_need(row.get("question_content"), "question_content", where), row.get("starter_code"))}
+           "problem": _with_starter(_text(row.get("question_content"), "question_content", where), row.get("starter_code"))}
     if not tests:
         return None
     if not fn:
@@ -346,7 +409,7 @@ def _code_rec(r, where):
             raise ValueError(f"{where}: test {j} is not a valid {kind} test")
     if r.get("reference") is not None and not isinstance(r["reference"], str):
         raise ValueError(f"{where}: 'reference' must be a string or null")
-    return {**r, "name": str(r.get("name") or where), "problem": _need(r.get("problem"), "problem", where),
+    return {**r, "name": str(r.get("name") or where), "problem": _text(r.get("problem"), "problem", where),
             "reference": r.get("reference"), "setup": r.get("setup") or "",
             "entry_point": _need(r.get("entry_point"), "entry_point", where) if kind == "function" else None}
 
@@ -361,18 +424,14 @@ def load_code(split, data=None):
         if split not in splits:
             raise ValueError(f"{data} serves split(s) {', '.join(splits)}, not {split!r}")
         src = splits[split]
-        return _from_hub(data, norm, split=src if isinstance(src, str) else "train",
-                         files=None if isinstance(src, str) else src, columns=columns)
+        return list(_from_hub(data, norm, split=src if isinstance(src, str) else "train",
+                              files=None if isinstance(src, str) else src, columns=columns).values())
     if data == "humaneval":
         return _humaneval_all()
     if data == "offline":
         he = [p for p in _humaneval_all() if HUMANEVAL_SPLIT.get(int(p["name"].split("/")[1]) % 5, "train") == split]
         return (load_code("train", os.path.join(DATA_DIR, "code_stdin.jsonl")) if split == "train" else []) + he
-    path = os.fspath(data)
-    rows = _read_records(path)
-    if not rows:
-        raise ValueError(f"{path}: no records")
-    return [_code_rec(r, f"{path} record {i}") for i, r in enumerate(rows)]
+    return _local(data, split, "code")
 
 
 @dataclass

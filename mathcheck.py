@@ -27,6 +27,7 @@ import sandbox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VERIFY_TIMEOUT = 3  # seconds per math_verify step (parse gold, parse answer, compare): a request has 3 of them
+MAX_ANSWER = 500  # characters: an "answer" longer than this is not one
 VERIFY_LIMIT = 3 * VERIFY_TIMEOUT + 2  # seconds a caller waits for a helper (a hang in C code, where no alarm lands)
 # math_verify helper processes at most (made on demand; each holds sympy, ~100 MB): one per core, up to 8
 VERIFY_HELPERS = min(8, sandbox.CORES)
@@ -239,7 +240,7 @@ def math_equal(pred, gold):
     any wait for a free helper); False when the helper gives no verdict, without caching it."""
     try:
         p, g = _clean(pred), _clean(gold)
-        if not p or not g or len(p) > 500 or len(g) > 500:  # an "answer" that long is not one
+        if not p or not g or len(p) > MAX_ANSWER or len(g) > MAX_ANSWER:  # an "answer" that long is not one
             return False
         if p == g:
             return True

@@ -63,6 +63,81 @@ def test_malformed_math_file_names_file_and_record(tmp_path, lines, where):
         data.load_math("train", str(p))
 
 
+def write_jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+MATH_GOOD = [{"problem": f"What is {i} + 1?", "answer": i + 1} for i in range(8)]
+MATH_BAD = [{"problem": "No answer."}, {"problem": "Empty answer.", "answer": " "}, {"problem": ["a", "list"], "answer": "1"},
+            {"problem": 5, "answer": "5"}, {"problem": "x" * 200_000, "answer": "1"}, {"problem": "Long answer?", "answer": "9" * 1000},
+            "[1, 2]"]
+
+
+def test_bad_math_rows_are_skipped_and_counted(tmp_path, fresh_cache):
+    """A few bad rows in a big set are skipped with a count (issue 23), never a traceback mid-run; a set
+    that is mostly bad is wrong as a whole: a one-line error naming its first bad row."""
+    path = write_jsonl(tmp_path / "m.jsonl", [r for pair in zip(MATH_GOOD, MATH_BAD) for r in pair] + MATH_GOOD[len(MATH_BAD):])
+    with pytest.warns(UserWarning, match=r"m\.jsonl: skipped 7 of 15 .*record 1"):
+        rows = data.load_math("train", path)
+    assert [r["answer"] for r in rows] == [str(i + 1) for i in range(8)]
+    for i, bad in enumerate(MATH_BAD):
+        one = write_jsonl(tmp_path / f"bad{i}.jsonl", MATH_GOOD[:2] + [bad] * 3)
+        with pytest.raises(ValueError, match=rf"bad{i}\.jsonl record 2: ") as e:
+            data.load_math("train", one)
+        assert "\n" not in str(e.value) and len(str(e.value)) < 300
+
+
+def test_bad_code_rows_are_skipped_and_counted(tmp_path, fresh_cache):
+    good = [{"problem": f"Echo {i}.", "kind": "stdin", "tests": [{"input": f"{i}\n", "output": f"{i}\n"}], "reference": "print(input())"}
+            for i in range(6)]
+    bad = [{**good[0], "tests": []}, {**good[0], "tests": None}, {**good[0], "problem": 7},
+           {**good[0], "tests": [{"input": "", "output": "1" * (data.MAX_TEST_CHARS + 1)}]}, {**good[0], "kind": "function", "tests": ["assert f()"]}]
+    path = write_jsonl(tmp_path / "c.jsonl", good + bad)
+    with pytest.warns(UserWarning, match=r"c\.jsonl: skipped 5 of 11 .*record 6: missing or empty 'tests'"):
+        rows = data.load_code("train", path)
+    assert [r["problem"] for r in rows] == [g["problem"] for g in good]
+    with pytest.raises(ValueError, match=r"c2\.jsonl record 0: "):
+        data.load_code("train", write_jsonl(tmp_path / "c2.jsonl", bad))
+
+
+def test_bad_hub_rows_are_skipped_and_counted(monkeypatch, fresh_cache):
+    rows = [{"problem": f"P{i}", "answer": str(i)} for i in range(10)] + [{"problem": "P"}, {"problem": None, "answer": "1"}]
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=lambda *a, **k: rows))
+    with pytest.warns(UserWarning, match=r"Polaris-Dataset-53K: skipped 2 of 12 .*record 10"):
+        got = data.load_math("train", "POLARIS-Project/Polaris-Dataset-53K")
+    assert [r["answer"] for r in got] == [str(i) for i in range(10)]
+
+
+def test_local_file_is_one_set_with_a_warning_or_split_by_content(tmp_path, fresh_cache):
+    """--data FILE: a local file serves every split (an evaluation file is evaluated whole), and says so,
+    since a run trained on it measures training problems; split:FILE splits it by content hash like the
+    games and arith (same shares), whatever the order of its rows (issue 23)."""
+    math = [{"problem": f"What is {i} times 3?", "answer": 3 * i} for i in range(300)]
+    path = write_jsonl(tmp_path / "m.jsonl", math)
+    with pytest.warns(UserWarning, match=r"m\.jsonl.*one set.*training problems.*split:"):
+        assert len(data.load_math("test", path)) == 300
+    splits = {s: [r["problem"] for r in data.load_math(s, f"split:{path}")] for s in data.SPLITS}
+    texts = {s: set(v) for s, v in splits.items()}
+    assert not texts["train"] & texts["val"] and not texts["train"] & texts["test"] and not texts["val"] & texts["test"]
+    assert set().union(*texts.values()) == {r["problem"] for r in math}
+    assert 180 < len(texts["train"]) < 270 and min(len(texts["val"]), len(texts["test"])) > 10
+    assert all(envs_split(p) == s for s, v in splits.items() for p in v)
+    shuffled = write_jsonl(tmp_path / "m2.jsonl", math[::-1] + [{**math[0], "problem": "  " + math[0]["problem"]}])
+    assert {r["problem"].strip() for r in data.load_math("test", f"split:{shuffled}")} == texts["test"]
+    code = [{"problem": f"Print {i}.", "kind": "stdin", "tests": [{"input": "", "output": f"{i}\n"}]} for i in range(100)]
+    cpath = write_jsonl(tmp_path / "c.jsonl", code)
+    with pytest.warns(UserWarning, match="one set"):
+        assert len(data.load_code("val", cpath)) == 100
+    csplits = {s: {p["problem"] for p in data.load_code(s, f"split:{cpath}")} for s in data.SPLITS}
+    assert sum(map(len, csplits.values())) == 100 and not csplits["train"] & (csplits["val"] | csplits["test"])
+
+
+def envs_split(problem):
+    import task
+    return task.split_of(("data", " ".join(problem.split())))
+
+
 def test_unknown_source_and_split_are_clear_errors():
     with pytest.raises(ValueError, match="no such file"):
         data.load_math("train", "aime24")
