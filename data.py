@@ -81,14 +81,13 @@ def _text(value, what, where):
 
 
 def _fits(rec, where):
-    """`rec`, or ValueError when one of its fields is absurdly long."""
+    """ValueError when one of rec's fields is absurdly long."""
     sizes = [("problem", len(rec["problem"]), MAX_PROBLEM_CHARS), ("answer", len(rec.get("answer") or ""), MAX_ANSWER)]
     sizes += [(f"test {j}", max(map(len, t.values()), default=0) if isinstance(t, dict) else len(t), MAX_TEST_CHARS)
               for j, t in enumerate(rec.get("tests") or [])]
     for what, n, most in sizes:
         if n > most:
             raise ValueError(f"{where}: {what} is {n:,} characters long (at most {most:,})")
-    return rec
 
 
 def _usable(name, rows, norm):
@@ -104,12 +103,16 @@ def _usable(name, rows, norm):
             if not isinstance(row, dict):
                 raise ValueError(f"{where}: not a JSON object")
             rec = norm(row, where)
-            out[i] = _fits(rec, where) if rec is not None else None
+            if rec is not None:
+                _fits(rec, where)
         except Exception as e:  # bad JSON inside a field, a wrong type, ...: say which record
             why = str(e) if isinstance(e, ValueError) and str(e).startswith(where) else f"{where}: malformed ({type(e).__name__}: {e})"
             bad.append(" ".join(why.split())[:300])
-        untestable += out.get(i, 0) is None
-    out = {i: r for i, r in out.items() if r is not None}
+            continue
+        if rec is None:
+            untestable += 1
+        else:
+            out[i] = rec
     if n == 0:
         raise ValueError(f"{name}: no records")
     if bad and (2 * len(bad) >= n or not out):

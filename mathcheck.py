@@ -27,10 +27,10 @@ import sandbox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VERIFY_TIMEOUT = 3  # seconds per math_verify step (parse gold, parse answer, compare): a request has 3 of them
-MAX_ANSWER = 500  # characters: an "answer" longer than this is not one
 VERIFY_LIMIT = 3 * VERIFY_TIMEOUT + 2  # seconds a caller waits for a helper (a hang in C code, where no alarm lands)
 # math_verify helper processes at most (made on demand; each holds sympy, ~100 MB): one per core, up to 8
 VERIFY_HELPERS = min(8, sandbox.CORES)
+MAX_ANSWER = 500  # characters: an "answer" longer than this is not one (data.py skips such records)
 
 
 def extract_boxed(text):
@@ -186,7 +186,7 @@ class _Verifier:
 class _VerifierPool:
     """Up to `size` _Verifier helpers, so that threads verify at once: a call takes a free one (the last
     given back: warm), else makes one while fewer than `size` exist, else waits, and gives it back after.
-    A helper that died or overran restarts its process on next use (_Verifier.equal); each one closes its
+    A helper that died or overran restarts its process on next use (_Verifier.verdict); each one closes its
     process at exit. A forked child starts with an empty pool (and never talks to its parent's helpers)."""
 
     def __init__(self, size=VERIFY_HELPERS):
