@@ -42,7 +42,21 @@ def pool_procs(warm=True):
     """Pool processes now; first a job, so the worker the next job takes (the pool is LIFO) is running."""
     if warm and POOL:
         sandbox.run("pass")
-    return set(procs_with(TAG.decode(), grace=0))
+    return {pid for pid in procs_with(TAG.decode(), grace=0) if ours(pid)}
+
+
+def ours(pid):
+    """Is this pool process ours, not another process's (other test runs share the machine)? Up its parents,
+    the first that is not a pool process is this process, or init (where an escapee would be reparented)."""
+    try:
+        while True:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if TAG not in f.read():
+                    return pid in (os.getpid(), 1)
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return True  # gone while we looked: the caller looks again
 
 
 def no_leftovers(marker, bw, before):
@@ -501,7 +515,7 @@ def census():
         if ppid == os.getpid():
             kids.append(TAG in cmd)
     inside = {}  # each pool process (bwrap, server): its fds and mounts
-    for pid in procs_with(TAG.decode(), grace=0):
+    for pid in pool_procs(warm=False):
         try:
             with open(f"/proc/{pid}/mountinfo") as f:
                 inside[pid] = (len(os.listdir(f"/proc/{pid}/fd")), len(f.readlines()))
