@@ -422,15 +422,18 @@ def test_python_under_tmp_is_visible_to_every_job():
 
 # ---- pool workers outlive the thread that started them (bwrap --die-with-parent is per thread) -----------------
 
-def short_lived(fn, *args):
-    """fn(*args) in a thread that has exited, at the OS level too (its PR_SET_PDEATHSIG has fired), on return."""
-    out = []
-    t = threading.Thread(target=lambda: out.append(fn(*args)))
-    t.start()
-    t.join()
-    while os.path.exists(f"/proc/self/task/{t.native_id}"):
-        time.sleep(0.01)
-    return out[0]
+def short_lived(*calls):
+    """Each call in a thread of its own, all at once; on return every one of those threads has exited, at the
+    OS level too (its PR_SET_PDEATHSIG has fired). Returns their results in order."""
+    out = [None] * len(calls)
+    ts = [threading.Thread(target=lambda i=i, f=f: out.__setitem__(i, f())) for i, f in enumerate(calls)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+        while os.path.exists(f"/proc/self/task/{t.native_id}"):
+            time.sleep(0.01)
+    return out
 
 
 def workers(pool):
@@ -442,7 +445,7 @@ def workers(pool):
 def test_workers_outlive_the_thread_that_started_them():
     pool = sandbox.Pool(1)
     try:
-        assert short_lived(pool.run, "print(input())", "first", 10.0, 512, 64).stdout == "first\n"
+        assert short_lived(lambda: pool.run("print(input())", "first", 10.0, 512, 64))[0].stdout == "first\n"
         started = workers(pool)
         assert list(started.values()) == [True]
         for i in range(5):
@@ -458,14 +461,13 @@ def test_jobs_from_many_short_lived_threads_all_pass():
     pool, seen = sandbox.Pool(2), {}
     try:
         for round_ in range(8):
-            batch = [(f"print(int(input()) ** 2)", str(round_ * 4 + i)) for i in range(4)]
-            rs = short_lived(lambda: list(ThreadPoolExecutor(4).map(lambda j: pool.run(*j, 10.0, 512, 64), batch)))
+            batch = [("print(int(input()) ** 2)", str(round_ * 4 + i)) for i in range(4)]
+            rs = short_lived(*(lambda j=j: pool.run(*j, 10.0, 512, 64) for j in batch))
             assert [(r.returncode, r.stdout) for r in rs] == [(0, f"{int(s) ** 2}\n") for _, s in batch]
             seen.update(workers(pool))
         assert len(seen) <= 2 and all(workers(pool).values()) and set(workers(pool)) == set(seen)
     finally:
         pool.close()
-
 
 
 @needs_pool
@@ -482,6 +484,7 @@ def test_workers_killed_while_idle_are_replaced_before_use():
         assert (r.returncode, r.stdout) == (0, "still right\n"), r.stderr
     finally:
         pool.close()
+
 
 # ---- how much stdout is kept --------------------------------------------------------------------------------
 
