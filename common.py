@@ -279,9 +279,7 @@ def trim_metrics(out_dir, step):
     there too. Each file is replaced atomically: a kill leaves the old file or the new one."""
     for name in ("metrics", "samples"):
         path = os.path.join(out_dir, f"{name}.jsonl")
-        if not os.path.exists(path):
-            continue
-        lines = open(path).read().splitlines()
+        lines = open(path).read().splitlines() if os.path.exists(path) else []
         keep, drop = [], []
         for i, ln in enumerate(lines):
             try:
@@ -295,6 +293,8 @@ def trim_metrics(out_dir, step):
         if drop:
             append_lines(os.path.join(out_dir, f"{name}.discarded.jsonl"), drop)
             replace_file(path, lambda f: f.writelines(ln + "\n" for ln in keep))
+        if name == "metrics":
+            kill_point("trim", step)  # test hook: metrics trimmed, samples not yet
 
 
 # ---- durable files: a kill or a full disk loses at most the current step ------------------------------

@@ -146,3 +146,174 @@ def test_trim_killed_while_writing_keeps_the_history(tmp_path, monkeypatch):
     common.trim_metrics(str(tmp_path), 2)  # the resume after the kill: done right this time
     assert [json.loads(x)["step"] for x in lines(tmp_path / "metrics.jsonl")] == [1, 2]
     assert {json.loads(x)["step"] for x in lines(tmp_path / "metrics.discarded.jsonl")} == {3, 4}
+
+
+# ---- end to end: the tiny model, test_train's cheapest config ------------------------------------------
+BASE = ["--task", "plan_path", "--size", "5", "--tool_mode", "direct", "--max_turns", "2", "--K", "3",
+        "--problems", "2", "--max_tokens", "8", "--lr", "1e-3", "--device", "cpu", "--policies", "per-role",
+        "--seed", "3", "--temperature", "1.5", "--save_every", "1", "--eval_n", "2"]
+
+
+@pytest.fixture(scope="module")
+def warm_dir(tmp_path_factory):
+    """test_train's warmed-up tiny model: what it samples depends on the random streams, and its
+    updates move the weights, so a resume that lost or redrew anything shows."""
+    import tiny
+    return tiny.build(str(tmp_path_factory.mktemp("warm") / "model"), sft_steps=15, log=lambda s: None)
+
+
+def jsonl(out, name):
+    return [json.loads(x) for x in lines(os.path.join(out, name))]
+
+
+class Crash(Exception):
+    pass
+
+
+def test_crash_then_resume_keeps_eval_before_and_samples_once(warm_dir, tmp_path, monkeypatch):
+    """A run that dies after step 2's metrics and samples, before its checkpoint, resumed from step 1:
+    summary.json keeps the before-training evaluation (it is written when measured), and samples.jsonl
+    holds each step's rows once, like metrics.jsonl."""
+    import train
+    out = str(tmp_path / "run")
+    argv = BASE + ["--model", warm_dir, "--engine", "hf", "--steps", "2", "--out_dir", out]
+    real = train.save_checkpoint
+
+    def dies_at_2(out_dir, step, *a, **k):
+        if step == 2:
+            raise Crash()
+        return real(out_dir, step, *a, **k)
+    monkeypatch.setattr(train, "save_checkpoint", dies_at_2)
+    with pytest.raises(Crash):
+        train.main(argv)
+    monkeypatch.undo()
+    assert os.path.exists(os.path.join(out, "summary.json")), "the before-training evaluation was not kept"
+    before = json.load(open(os.path.join(out, "summary.json")))["eval"]["before"]
+    rows_before = [r for r in jsonl(out, "samples.jsonl") if r["step"] == 1]
+    summary = train.main(argv + ["--resume"])
+    assert summary["eval"]["before"] == before and summary["success_before"] == before["success"]
+    assert json.load(open(os.path.join(out, "summary.json")))["eval"]["before"] == before
+    rows = jsonl(out, "samples.jsonl")
+    assert [r["step"] for r in rows] == sorted(r["step"] for r in rows)
+    assert [r for r in rows if r["step"] == 1] == rows_before
+    assert len(rows) == 2 * len(rows_before)  # step 2's rows once (per-role: 2 roles x --log_samples each)
+    assert [m["step"] for m in jsonl(out, "metrics.jsonl")] == [1, 2]
+
+
+def test_disk_full_on_metrics_is_one_line_and_resume_continues(warm_dir, tmp_path, monkeypatch, capsys):
+    """ENOSPC while appending step 2's metrics line: a one-line error naming the file (no traceback), the
+    step-1 checkpoint stays `latest`, and --resume continues from it to the end."""
+    import builtins
+    import train
+    out = str(tmp_path / "run")
+    argv = BASE + ["--model", warm_dir, "--engine", "hf", "--steps", "2", "--out_dir", out, "--eval_n", "0"]
+    real_open, appends = builtins.open, []
+
+    def full_disk_open(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        if str(path).endswith("metrics.jsonl") and "a" in mode:
+            appends.append(path)
+            if len(appends) == 2:  # step 2's line
+                def write(s):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                f.write = write
+        return f
+    monkeypatch.setattr(builtins, "open", full_disk_open)
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    monkeypatch.undo()
+    stderr = capsys.readouterr().err  # (in this process, the progress bars of model loading are there too)
+    err = [x for x in stderr.splitlines() if "error:" in x]
+    assert e.value.code == 2 and len(err) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert os.path.join(out, "metrics.jsonl") in err[0], err
+    assert "No space left on device" in err[0]
+    assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000001")
+    train.main(argv + ["--resume"])
+    assert [m["step"] for m in jsonl(out, "metrics.jsonl")] == [1, 2]
+    assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000002")
+
+
+# ---- kill anywhere, lose nothing ------------------------------------------------------------------------
+POINTS = ("rollout", "update", "metrics", "samples", "ckpt", "rename", "prune")  # in the order a step reaches them
+# what a kill interrupts, most telling first: a checkpoint write, a line append, the step's work, an evaluation
+KINDS = (("ckpt", "rename", "prune"), ("metrics", "samples"), ("rollout", "update"), ("eval_before", "eval_after"))
+KILLS = {"hf": 4, "vllm": 3}  # kinds killed per run (plus a kill inside the resume's trim): CPU time is the limit
+
+
+def kill_plan(seed, steps, n):
+    """One (point, step) kill of each of the first n KINDS, point and step drawn with a seeded RNG, in the
+    order a run of `steps` steps reaches them (common.kill_point documents the points).
+    ATGRPO_FAULT_SEED=S draws another plan (the default plan is the test's verdict, the same everywhere)."""
+    import random
+    rng = random.Random(seed)
+    order = [("eval_before", 0)] + [(p, s) for s in range(1, steps + 1) for p in POINTS] + [("eval_after", steps)]
+    plan = []
+    for kind in KINDS[:n]:
+        point = rng.choice(kind)
+        step = {"eval_before": 0, "eval_after": steps}[point] if point.startswith("eval") else rng.randint(1, steps)
+        plan.append((point, step))
+    return sorted(plan, key=order.index)
+
+
+def train_py(args, kill=None):
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "ATGRPO_KILL_AT"}
+    if kill:
+        env["ATGRPO_KILL_AT"] = f"{kill[0]}:{kill[1]}"
+    here = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.run([sys.executable, os.path.join(here, "train.py"), *args], capture_output=True, text=True,
+                          cwd=here, env=env, timeout=600)
+
+
+def weights(out):
+    from safetensors.torch import load_file
+    ck = common.latest_checkpoint(out)
+    return {(p, k): v for p in ("tool", "planner") for k, v in load_file(os.path.join(ck, p, "model.safetensors")).items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_killed_anywhere_resumed_equals_uninterrupted(warm_dir, tmp_path, engine):
+    """SIGKILL (the process kills itself at a named point: no timing involved) at seeded points: before-training
+    evaluation, rollout, update, a torn metrics or samples line, a checkpoint written / renamed / not pruned,
+    the final evaluation, and inside the resume's own trimming; `--resume` after each. The result equals an
+    uninterrupted run's: metrics.jsonl, samples.jsonl, summary.json (with eval.before) and the final weights,
+    with no torn or duplicated line."""
+    steps = 3
+    args = BASE + ["--model", warm_dir, "--engine", engine, "--steps", str(steps)]
+    ref, out = str(tmp_path / "ref"), str(tmp_path / "killed")
+    p = train_py(args + ["--out_dir", ref])
+    assert p.returncode == 0, p.stderr[-3000:]
+    plan = kill_plan(int(os.environ.get("ATGRPO_FAULT_SEED", {"hf": 4, "vllm": 5}[engine])), steps, KILLS[engine])
+    # the first resume is itself killed while it trims the files (at the step its checkpoint holds)
+    kills, done = plan[:1] + [("trim", None)] + plan[1:], []
+    for point, step in kills:
+        if point == "trim":
+            ck = common.latest_checkpoint(out)
+            step = int(os.path.basename(ck)[5:]) if ck else 0
+        p = train_py(args + ["--out_dir", out] + (["--resume"] if done else []), kill=(point, step))
+        assert p.returncode == -9, (point, step, p.returncode, p.stderr[-3000:])  # the kill happened there
+        if point in ("metrics", "samples"):  # the kill tore the line it was writing
+            assert not open(os.path.join(out, f"{point}.jsonl")).read().endswith("\n"), point
+        done.append((point, step))
+    p = train_py(args + ["--out_dir", out, "--resume"])
+    assert p.returncode == 0, (done, p.stderr[-3000:])
+    for name in ("metrics.jsonl", "samples.jsonl"):  # every line whole, no step twice
+        for d in (ref, out):
+            assert open(os.path.join(d, name)).read().endswith("\n")
+    a, b = jsonl(ref, "metrics.jsonl"), jsonl(out, "metrics.jsonl")
+    assert [m["step"] for m in b] == list(range(1, steps + 1)), done
+    for x, y in zip(a, b):
+        assert set(x) == set(y)
+        for k in x:
+            if not k.startswith("time/"):
+                assert x[k] == pytest.approx(y[k], rel=1e-6, abs=1e-9), (done, x["step"], k, x[k], y[k])
+    assert jsonl(ref, "samples.jsonl") == jsonl(out, "samples.jsonl"), done
+    sa, sb = (json.load(open(os.path.join(d, "summary.json"))) for d in (ref, out))
+    assert sb["eval"]["before"] is not None and sb["success_before"] is not None, done
+    assert {k: v for k, v in sa.items() if k != "wall_s"} == {k: v for k, v in sb.items() if k != "wall_s"}, done
+    wa, wb = weights(ref), weights(out)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-6, atol=1e-7, msg=lambda m: f"{done} {k}: {m}")

@@ -38,9 +38,9 @@ import policies as P
 import rollout
 import tiny
 import track
-from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, barrier, die,
-                    init_distributed, latest_checkpoint, load_checkpoint, make_env, parse_args, problem_count,
-                    rng_states, save_checkpoint, set_rng_states, trim_metrics)
+from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, append_lines, barrier, die,
+                    init_distributed, kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args,
+                    problem_count, rng_states, save_checkpoint, set_rng_states, trim_metrics, write_json)
 
 
 def get_args(argv=None):
@@ -242,12 +242,10 @@ def write_samples(out_dir, step, samples, per_role):
     by_role, rows = {}, []
     for s in samples:
         by_role.setdefault(s.role, []).append(s)
-    with open(os.path.join(out_dir, "samples.jsonl"), "a") as f:
-        for role, ss in by_role.items():
-            for s in ss[:per_role]:
-                rows.append({"step": step, "role": role, "key": list(s.key), "reward": s.reward,
-                             "advantage": s.advantage, "truncated": s.truncated, "text": s.text})
-                f.write(json.dumps(rows[-1]) + "\n")
+    for role, ss in by_role.items():
+        rows += [{"step": step, "role": role, "key": list(s.key), "reward": s.reward, "advantage": s.advantage,
+                  "truncated": s.truncated, "text": s.text} for s in ss[:per_role]]
+    append_lines(os.path.join(out_dir, "samples.jsonl"), rows, "samples", step)
     return rows
 
 
@@ -324,12 +322,6 @@ def eval_command(args, ckpt):
     return " ".join(parts + [f"--model {ckpt}"])
 
 
-def write_json(path, obj):
-    with open(path + ".tmp", "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(path + ".tmp", path)
-
-
 def main(argv=None):
     args = get_args(argv)
     rank, world, local_rank = init_distributed(args.device, args.fsdp)
@@ -344,11 +336,11 @@ def main(argv=None):
     objective = functools.partial(loss.ppo_clip, eps_low=args.eps_low, eps_high=args.eps_high, kl_coef=args.kl_coef)
 
     # ---- output directory: never clobber a previous run's results
+    if args.resume and not os.path.isdir(args.out_dir):
+        die(f"--resume: no run in {args.out_dir} (no such directory)")
     os.makedirs(args.out_dir, exist_ok=True)
     metrics_path, summary_path = os.path.join(args.out_dir, "metrics.jsonl"), os.path.join(args.out_dir, "summary.json")
-    ckpt = latest_checkpoint(args.out_dir) if args.resume else None
-    if args.resume and ckpt is None:
-        die(f"--resume: no complete checkpoint in {args.out_dir}")
+    ckpt = latest_checkpoint(args.out_dir) if args.resume else None  # None: killed before its first one
     if not args.resume and os.path.exists(metrics_path):
         die(f"{args.out_dir} already holds a run; pass --resume or choose another --out_dir")
 
@@ -376,9 +368,11 @@ def main(argv=None):
     if ckpt:
         saved = load_checkpoint(ckpt, policies, rank, world)
         start = saved["step"]  # its RNG states are restored below, once the engine has started
-        if master:
-            trim_metrics(args.out_dir, start)
         log(f"resumed from {ckpt} at step {start}")
+    elif args.resume:  # killed before its first checkpoint: the run starts over
+        log(f"--resume: no checkpoint in {args.out_dir} yet, starting from step 0")
+    if args.resume and master:  # lines past the checkpoint (and a torn last one) are set aside
+        trim_metrics(args.out_dir, start)
 
     # ---- engine and sampler (one engine serves every policy)
     engine = rollout.make_engine(args.engine, model_dir, device=args.device, dtype=args.dtype, seed=args.seed + rank,
@@ -401,9 +395,12 @@ def main(argv=None):
         old = json.load(open(summary_path)) if start and os.path.exists(summary_path) else {}
         if start == 0:
             summary["eval"]["before"] = run_eval()
+            kill_point("eval_before", 0)
         elif all(old.get("eval", {}).get(k) == v for k, v in summary["eval"].items()):
             summary["eval"]["before"] = old["eval"].get("before")
         summary["success_before"] = (summary["eval"].get("before") or {}).get("success")
+        if master and start == 0:  # kept now: a run killed later resumes with it
+            write_json(summary_path, summary)
         log(f"held-out success before training: {summary['success_before']} ({proto['metric']}, {args.eval_n} test problems)")
 
     # ---- random streams. They start here, after everything that seeds or draws at start-up (vLLM
@@ -421,6 +418,7 @@ def main(argv=None):
         t0, sync0, switches0, env0 = time.time(), sampler.sync_s, sampler.switches, sampler.env_s
         # 1. rollout (time/env: the part of it spent stepping envs, in rollout's thread pool)
         samples, finals = play(args, sampler, step, rank, world, streams["branch"], max_prompt_tokens)
+        kill_point("rollout", step + 1)
         t_rollout, t_env = time.time() - t0 - (sampler.sync_s - sync0), sampler.env_s - env0
         # 2. groups and advantages
         advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm))
@@ -436,6 +434,7 @@ def main(argv=None):
                                   args.kl_coef, tis_cap=args.tis_cap)
                    for name, policy in policies.items()}
         t_update = time.time() - t1
+        kill_point("update", step + 1)
         # 4. new weights to the engine (per-role: each policy is pulled right before its role generates,
         # and that switch is timed inside the sampler)
         t2 = time.time()
@@ -452,8 +451,7 @@ def main(argv=None):
         if args.eval_n and args.eval_every and (step + 1) % args.eval_every == 0:
             m["eval/success"] = run_eval()["success"]
         if master:
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(m) + "\n")
+            append_lines(metrics_path, [m], "metrics", step + 1)
             rows = write_samples(args.out_dir, step + 1, samples, args.log_samples)
             log(log_line(m, roles))
             if tracker:
@@ -464,6 +462,7 @@ def main(argv=None):
                             args.keep_ckpts, rank, world, log)
 
     # ---- evaluation after training, summary
+    kill_point("eval_after", args.steps)
     if args.eval_n:
         summary["eval"]["after"] = run_eval()
         summary["success_after"] = summary["eval"]["after"]["success"]
