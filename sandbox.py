@@ -413,6 +413,9 @@ class _Worker:
                 subprocess.Popen, [*_bwrap(), *caps, "--", sys.executable, "-I", "-c", _SERVER, str(inside.fileno())],
                 cwd="/", env=PATH, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=[inside.fileno()], start_new_session=True).result()
+        except BaseException:  # out of processes, say: no fd stays behind
+            host.close()
+            raise
         finally:
             inside.close()
         self.sock = host

@@ -486,6 +486,24 @@ def test_workers_killed_while_idle_are_replaced_before_use():
         pool.close()
 
 
+
+@needs_pool
+def test_a_worker_that_cannot_start_leaves_no_fd(monkeypatch):
+    pool, before = sandbox.Pool(1), len(os.listdir("/proc/self/fd"))
+
+    def no_process(*a, **k):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(sandbox.subprocess, "Popen", no_process)
+    for _ in range(10):
+        with pytest.raises(OSError):
+            pool.run("print(1)", "", 5.0, 512, 64)
+    assert len(os.listdir("/proc/self/fd")) == before
+    monkeypatch.undo()
+    try:
+        assert pool.run("print(1)", "", 5.0, 512, 64).stdout == "1\n"  # the slot is still there
+    finally:
+        pool.close()
+
 # ---- how much stdout is kept --------------------------------------------------------------------------------
 
 def test_out_bytes_keeps_a_long_output_and_says_when_it_cut(bw):
