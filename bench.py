@@ -4,6 +4,7 @@ are noisy; compare within a run, not across runs).
     python bench.py                      # builds an untrained tiny model in a temp dir; ~5 minutes on 2 cores
     python bench.py --sections sandbox   # one part only (sandbox, env, engine, update, lora)
     python bench.py --sections lora      # per-role LoRA vs full fine-tuning: pushes and trainer memory
+    python bench.py --sections scale     # the update at the paper's shapes (scale.py; --device cuda on a GPU)
 
 1. Sandbox: runs/s of the worker pool vs one bubblewrap namespace per run, for print(1) and a 50 ms
    CPU-bound program.
@@ -17,6 +18,10 @@ are noisy; compare within a run, not across runs).
    random one built from its config: time to push 2 adapters vs 2 full models into one LoRA-enabled vLLM
    engine, and trainer memory (parameters + gradients + AdamW state, counted from the tensors after a
    real optimiser step; LoRA adds the frozen base once).
+6. Scale (scale.py): the update at the paper's shapes, before and after chunked log-probs, block masks
+   and old log-probs from the training forward: the log-prob step at a 152k vocabulary, a shared-prompt
+   row's forward, and whole updates of Qwen3 shapes with tokens/s, TFLOP/s, the fraction of a matmul's
+   speed measured in the same run, peak memory and train.py --plan's estimate next to it.
 """
 import argparse
 import os
@@ -113,11 +118,32 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model dir (default: build an untrained tiny model)")
     ap.add_argument("--prompts", type=int, default=32, help="prompts per rollout batch")
-    ap.add_argument("--K", type=int, default=16, help="completions per prompt")
+    ap.add_argument("--K", type=int, default=None, help="completions per prompt (default 16; scale: 8)")
     ap.add_argument("--max_tokens", type=int, default=64, help="tokens per completion (no EOS stop)")
-    ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS, help="what to measure")
+    ap.add_argument("--sections", nargs="+", default=SECTIONS[:-1], choices=SECTIONS, help="what to measure (default: all but scale)")
     ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
+    S = ap.add_argument_group("scale (--sections scale; lists are comma-separated)")
+    csv = lambda f: lambda s: [f(x) for x in s.split(",")]
+    S.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the update runs")
+    S.add_argument("--parts", type=csv(str), default=["logits", "row", "update"], help="logits,row,update")
+    S.add_argument("--shape", type=csv(str), default=["cpu-small"], help="model shapes (scale.SHAPES), e.g. qwen3-1.7b")
+    S.add_argument("--prompt", type=int, default=256, help="prompt tokens of a tree group")
+    S.add_argument("--response", type=csv(int), default=[256], help="response tokens, e.g. 1024,2048")
+    S.add_argument("--groups", type=int, default=2, help="tree groups per update (per-role: one per role each)")
+    S.add_argument("--regime", type=csv(str), default=["per-role"], help="shared,per-role,lora")
+    S.add_argument("--grad_ckpt", type=csv(int), default=[0], help="0,1")
+    S.add_argument("--variants", type=csv(str), default=["before", "after"], help="before,after")
+    S.add_argument("--micro_tokens", type=int, default=8192, help="train.py's --micro_tokens")
+    S.add_argument("--logp_chunk", type=int, default=1024, help="train.py's --logp_chunk (after)")
+    S.add_argument("--lora_rank", type=int, default=16, help="rank of the lora regime")
+    S.add_argument("--steps", type=int, default=1, help="timed updates after one warm-up")
+    S.add_argument("--logits_tokens", type=int, default=8192, help="tokens of the log-prob step alone")
+    S.add_argument("--logits_hidden", type=int, default=256, help="hidden size of the log-prob step alone")
+    S.add_argument("--row_shape", default="cpu-small", help="shape of the row forward")
+    S.add_argument("--row_response", type=int, default=512, help="response tokens of the row forward")
+    S.add_argument("--json", default=None, help="append every measurement to this JSON-lines file")
     a = ap.parse_args()
+    a.K = a.K or (8 if a.sections == ["scale"] else 16)
     model_dir = a.model
     if model_dir is None and {"engine", "update", "env", "lora"} & set(a.sections):
         import tiny
@@ -132,9 +158,12 @@ def main():
         bench_update(a, model_dir)
     if "lora" in a.sections:
         bench_lora(model_dir)
+    if "scale" in a.sections:
+        import scale
+        scale.bench(a)
 
 
-SECTIONS = ["sandbox", "env", "engine", "update", "lora"]
+SECTIONS = ["sandbox", "env", "engine", "update", "lora", "scale"]
 
 
 def bench_engine(a, model_dir):

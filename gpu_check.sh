@@ -12,6 +12,8 @@
 #
 #   bash gpu_check.sh                  # on the GPU machine (python with vllm==0.32.0, CUDA torch)
 #   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo)
+#   SCALE=1 bash gpu_check.sh          # instead: the update at the paper's shapes (issue 24; scale.py): flex and
+#                                      # chunked log-probs checked, then bench.py --sections scale at the 1.7B shape
 #   ENGINE=hf bash gpu_check.sh        # no vLLM there: the HF engine generates (FSDP2/NCCL/bf16 still checked;
 #                                      # sleep mode and pushes into vLLM are not). Chosen by itself if vllm is missing.
 set -euo pipefail
@@ -41,6 +43,31 @@ $PY -c "import torch, transformers; print('torch', torch.__version__, '| transfo
 [ "$ENGINE" = vllm ] && $PY -c "import vllm; print('vllm', vllm.__version__)"
 [ "$ENGINE" = vllm ] || echo "gpu_check: ENGINE=$ENGINE: the HF engine generates; vLLM's sleep mode and weight pushes are NOT checked"
 log "out: $OUT, device $DEVICE, engine $ENGINE, torchrun ranks $NP"
+
+if [ -n "${SCALE:-}" ]; then  # issue 24: the update at the paper's shapes; ~7 minutes on one H200
+    log "scale 1/3: chunked log-probs and flex block masks equal the old paths (values; gradients on cuda)"
+    timeout 240 $PY -m pytest -q -p no:cacheprovider test_policies.py -k "flex or chunk or block_mask" 2>&1 | tail -3
+    log "scale 2/3: 2 per-role steps of the tiny model with --attention $([ "$DEVICE" = cuda ] && echo flex || echo sdpa)"
+    [ -d "$OUT/tiny" ] || $PY tiny.py --out "$OUT/tiny" --sft_steps 0 >/dev/null 2>&1
+    timeout 240 $PY train.py --task plan_path --size 4 --tool_mode direct --max_turns 2 "${SIZE[@]}" --steps 2 --lr 1e-5 \
+        --device "$DEVICE" --engine "$ENGINE" --model "$OUT/tiny" --save_every 0 --policies per-role --fsdp 1 \
+        --attention "$([ "$DEVICE" = cuda ] && echo flex || echo sdpa)" --out_dir "$OUT/tiny-attention" >"$OUT/tiny-attention.log" 2>&1 \
+        && grep -E "trainer log-probs|held-out|logp_gap" "$OUT/tiny-attention.log" | head -3 && tail -2 "$OUT/tiny-attention/metrics.jsonl" | cut -c1-300 \
+        || { tail -20 "$OUT/tiny-attention.log"; echo "gpu_check: tiny run with flex failed"; }
+    if [ "$DEVICE" = cuda ]; then  # the 1.7B shape, K=8 responses of 1k and 2k tokens after a 1k prompt
+        S=(--shape "${SCALE_SHAPE:-qwen3-1.7b}" --prompt 1024 --K 8 --response "${SCALE_RESPONSE:-1024,2048}" --micro_tokens 18432
+           --logits_tokens 16384 --logits_hidden 2048 --row_shape "${SCALE_SHAPE:-qwen3-1.7b}" --row_response 2048)
+    else
+        S=(--shape cpu-152k --prompt 32 --K 8 --response 32 --logits_tokens 1024 --logits_hidden 256 --row_shape cpu-small
+           --row_response 64)
+    fi
+    log "scale 3/3: bench.py --sections scale ${S[*]}"
+    timeout "${SCALE_TIMEOUT:-420}" $PY bench.py --sections scale --device "$DEVICE" "${S[@]}" --regime per-role --grad_ckpt 1,0 \
+        --variants after,before --parts update,logits,row --steps 1 --json "$OUT/scale.jsonl" \
+        || echo "gpu_check: the scale bench was cut short (timeout or failure); $OUT/scale.jsonl has what it measured"
+    log "done; $OUT/scale.jsonl"
+    exit 0
+fi
 
 log "1/3 tests: FSDP2 update on $DEVICE vs the 1-process reference"
 timeout 300 $PY -m pytest -q -s -p no:cacheprovider "test_distributed.py::test_fsdp_update_equals_one_process[$DEVICE]" \

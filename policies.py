@@ -60,7 +60,7 @@ class LogProbs(torch.nn.Module):
 
     def __init__(self, model, chunk=None):
         super().__init__()
-        self.lm, self.chunk = model, chunk or LOGP_CHUNK
+        self.lm, self.chunk = model, LOGP_CHUNK if chunk is None else chunk
 
     def forward(self, samples, temperature, device):
         # clone: FSDP warns about returned views (in-place ops on them would skip its hooks)
@@ -261,7 +261,11 @@ def token_logprobs(head, hidden, targets, temps, chunk=LOGP_CHUNK):
     The [N, vocab] logits never exist at once: each chunk's logits are made in the model's dtype, taken
     to fp32 for the log-sum-exp, and dropped; with gradients on, a chunk is a checkpoint, so backward
     recomputes its logits instead of keeping them (at a 152k vocabulary, 8k tokens of fp32 logits are
-    5 GB, and log_softmax and the gradients each add as much again)."""
+    5 GB, and log_softmax and the gradients each add as much again). chunk <= 0: the whole matrix at
+    once, as the trainer did before (bench.py's baseline)."""
+    if chunk <= 0:
+        return torch.log_softmax(head(hidden).float() / temps[:, None], -1).gather(-1, targets[:, None])[:, 0]
+
     def part(h, tgt, t):
         logits = head(h).float() / t[:, None]
         return logits.gather(-1, tgt[:, None])[:, 0] - torch.logsumexp(logits, -1)
@@ -314,6 +318,26 @@ def logprobs(model, samples, temperature, device, chunk=LOGP_CHUNK):
     return response_logprobs(model, samples, temperature, device, chunk)
 
 
+def block_mask(visible, L, device, block=128):
+    """flex_attention's BlockMask for mask_mod `visible` over an [L, L] square (L a multiple of `block`),
+    built one row of blocks at a time: torch's create_block_mask evaluates the whole [L, L] square at once
+    (gigabytes at L = 17k, the K=8 x 2k-token rows of the paper's shapes)."""
+    from torch.nn.attention.flex_attention import BlockMask
+    nb, kv = L // block, torch.arange(L, device=device)
+    partial, full = [], []
+    for i in range(nb):
+        q = torch.arange(i * block, (i + 1) * block, device=device)
+        seen = visible(0, 0, q[:, None], kv[None, :]).view(block, nb, block).sum((0, 2))  # visible pairs per kv block
+        full.append(seen == block * block)
+        partial.append((seen > 0) & (seen < block * block))
+
+    def ordered(m):  # per q block: how many kv blocks, and their indices first
+        m = torch.stack(m).to(torch.int32)[None, None]
+        return m.sum(-1).to(torch.int32), torch.argsort(m, dim=-1, descending=True, stable=True).to(torch.int32)
+    return BlockMask.from_kv_blocks(*ordered(partial), *ordered(full), BLOCK_SIZE=block, mask_mod=visible,
+                                    seq_lengths=(L, L))
+
+
 def _bucket(n):
     """Packed flex rows are padded to few lengths: flex_attention is compiled once per shape."""
     return max(128, 1 << (n - 1).bit_length()) if n <= 1024 else -(-n // 1024) * 1024
@@ -361,14 +385,13 @@ def shared_prompt_logprobs(model, samples, temperature, device, chunk=LOGP_CHUNK
         ids_t[b, : len(ids)], pos_t[b, : len(ids)], seg_t[b, : len(ids)] = (torch.tensor(v) for v in (ids, pos, seg))
     seg_t = seg_t.to(device)
     if flex:
-        from torch.nn.attention.flex_attention import create_block_mask
         doc_t = torch.full((L,), -1, device=device)
         doc_t[: len(doc)] = torch.tensor(doc, device=device)
         sg = seg_t[0]
 
         def visible(b, h, q, kv):  # causal, same group, and the prompt or the same response
             return (kv <= q) & (doc_t[q] == doc_t[kv]) & ((sg[q] == sg[kv]) | (sg[kv] == 0))
-        mask = create_block_mask(visible, None, None, L, L, device=device)
+        mask = block_mask(visible, L, device)
     else:
         mask = torch.ones(L, L, dtype=torch.bool, device=device).tril() & (
             (seg_t[:, :, None] == seg_t[:, None, :]) | (seg_t[:, None, :] == 0))  # causal; own response or prompt
@@ -469,7 +492,7 @@ def tis_weights(mb, old, cap, temperature, acc):
 
 
 def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=4096, mini_batches=1,
-           grad_clip=1.0, kl_coef=0.0, skip_zero_adv=True, tis_cap=0.0):
+           grad_clip=1.0, kl_coef=0.0, skip_zero_adv=True, tis_cap=0.0, old_pass=False):
     """One update of `policy` on its samples (sample.advantage already set) with `loss_fn` (the
     objective: loss.ppo_clip, or anything with its contract). Returns metrics summed/maxed over ranks:
     loss, grad_norm, logp_gap, skipped_steps, samples, and every stat loss_fn returns as a token-mean
@@ -480,7 +503,8 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     Old log-probs: with one mini-batch nothing has moved the weights before the training forward, so
     they ARE its log-probs, detached (as TRL does); a separate no-grad pass runs only with several
     mini-batches, where later ones must see the weights of before the first step. logp_gap (sampler vs
-    trainer) is measured on the samples whose log-probs the trainer computes.
+    trainer) is measured on the samples whose log-probs the trainer computes. old_pass=True: the separate
+    pass always (what the trainer did before; bench.py measures what skipping it saves).
     tis_cap C > 0: truncated importance sampling for the sampler/trainer mismatch: each token's advantage
     is weighted by min(exp(old_logp - sampler_logp), C) (detached; 1 where the sampler gave no log-probs)."""
     model, net, sharded = policy.model, policy.net, policy.sharded
@@ -491,7 +515,7 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     stats = dict.fromkeys(names, 0.0)  # name -> token-mean, averaged over mini-batches
     tis = [0.0, 0.0, 0.0]  # weight sum, token count, largest uncapped ratio
     n_mini = max(1, mini_batches)
-    separate_old = n_mini > 1
+    separate_old = n_mini > 1 or old_pass
     policy.use()
     model.eval()
 

@@ -228,7 +228,7 @@ def test_chunked_token_logprobs_equal_the_full_matrix():
     full = torch.log_softmax(head(h).float() / temp[:, None], -1).gather(-1, tgt[:, None])[:, 0]
     w = torch.randn(37, generator=g)
     gh, gw = torch.autograd.grad((full * w).sum(), (h, head.weight))
-    for chunk in (1, 5, 37, 1000):
+    for chunk in (1, 5, 37, 1000, 0):  # 0: the whole matrix at once (the old path)
         lp = P.token_logprobs(head, h, tgt, temp, chunk)
         torch.testing.assert_close(lp, full, atol=1e-5, rtol=0)
         ch, cw = torch.autograd.grad((lp * w).sum(), (h, head.weight))
@@ -354,3 +354,21 @@ def test_truncated_importance_sampling(tiny_dir):
     n = [len(s.response_ids) for s in live]
     assert m2["tis/weight_mean"] == pytest.approx(sum(wts(k).sum().item() for k in n) / sum(n), rel=1e-4)
     assert m2["tis/ratio_max"] == pytest.approx(math.exp(5.0), rel=1e-4)
+
+
+def test_block_mask_built_by_rows_equals_torchs():
+    """policies.block_mask (one row of blocks at a time) = torch's create_block_mask (the whole square)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    g = torch.Generator().manual_seed(0)
+    L = 640
+    doc = torch.sort(torch.randint(0, 3, (L,), generator=g)).values
+    doc[600:] = -1  # padding
+    seg = torch.randint(0, 4, (L,), generator=g)
+
+    def visible(b, h, q, kv):
+        return (kv <= q) & (doc[q] == doc[kv]) & ((seg[q] == seg[kv]) | (seg[kv] == 0))
+    ours, theirs = P.block_mask(visible, L, "cpu"), create_block_mask(visible, None, None, L, L, device="cpu")
+    assert torch.equal(ours.to_dense(), theirs.to_dense())
+    for name in ("kv_num_blocks", "full_kv_num_blocks", "q_num_blocks", "full_q_num_blocks"):
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+    assert ours.sparsity() == theirs.sparsity() > 0
