@@ -77,6 +77,11 @@ def parse_args(ap, argv):
         known = {a.dest for a in ap._actions}
         ap.set_defaults(**{k: v for k, v in PRESETS[pre.preset].items() if k in known})
     args = ap.parse_args(argv)
+    foreign = typed_task_options(ap, argv) - set(envs.task_class(args.task).OPTIONS)
+    if foreign:  # another task's option, typed by the user: refused, never dropped in silence
+        owners = sorted({t for o in foreign for t, cls in envs.TASKS.items() if o in cls.OPTIONS})
+        die(f"{', '.join('--' + o for o in sorted(foreign))} do{'es' if len(foreign) == 1 else ''} not apply to "
+            f"task {args.task} (an option of {', '.join(owners)})")
     if args.device == "cuda" and not torch.cuda.is_available():
         die("--device cuda but no CUDA device is visible")
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -89,6 +94,15 @@ def parse_args(ap, argv):
         die(str(e))
     args.role_sampling = role_sampling(args.role_sampling, roles, args.max_tokens)
     return args
+
+
+def typed_task_options(ap, argv):
+    """The task options (of any task) that the command line itself sets: not defaults, not a preset's."""
+    unset = object()
+    dests = {o for cls in envs.TASKS.values() for o in cls.OPTIONS}
+    ns = argparse.Namespace(**dict.fromkeys(dests, unset))  # argparse leaves a present attribute alone
+    ap.parse_known_args(argv, ns)
+    return {d for d in dests if getattr(ns, d) is not unset}
 
 
 def role_sampling(specs, roles, max_tokens):

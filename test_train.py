@@ -151,12 +151,27 @@ def test_role_sampling_changes_samples_and_keeps_the_logp_gap(warm_dir, tmp_path
     (["--role_sampling", "tool:top_p=0.9"], "is not temperature=FLOAT or max_tokens=INT"),
     (["--role_sampling", "tool:max_tokens=99999"], "<= --max_tokens"),
     (["--report_to", "mlflow"], "argument --report_to: invalid choice"),
+    # an option of another task, set on the command line, is refused (it used to be dropped in silence)
+    (["--task", "math", "--tool_mode", "direct", "--size", "9"], "--size, --tool_mode do not apply to task math"),
+    (["--task", "math", "--data", "offline", "--wall_prob=0.3"], "--wall_prob does not apply to task math"),
+    (["--task", "plan_path", "--data", "offline"], "--data does not apply to task plan_path"),
+    (["--task", "sudoku", "--boxes", "2"], "--boxes does not apply to task sudoku (an option of sokoban)"),
 ])
 def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     p = run(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, check=False)
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_options_of_other_tasks_from_a_preset_or_defaults_are_not_refused(tiny_dir):
+    """Only what the user typed is checked: a preset's task options (cpu-demo: plan_path's size and
+    tool_mode) do not stop --task math, and each task gets its own options."""
+    import train
+    args = train.get_args(["--preset", "cpu-demo", "--task", "math", "--data", "offline", "--model", tiny_dir])
+    assert (args.task, args.data, args.size) == ("math", "offline", 4)
+    args = train.get_args(["--task", "sokoban", "--size", "7", "--boxes", "2", "--tool_mode", "direct", "--model", tiny_dir])
+    assert (args.size, args.boxes, args.tool_mode) == (7, 2, "direct")
 
 
 def test_stale_tiny_model_is_refused(tmp_path):
