@@ -59,6 +59,9 @@ def adapter_base(adapter_dirs, base=None):
     named = {json.load(open(os.path.join(d, "adapter_config.json"))).get("base_model_name_or_path") for d in adapter_dirs}
     if base is None and len(named) != 1:
         die(f"the adapters name different base models {sorted(map(str, named))} (one engine serves one base); pass --base")
+    if base is None and (named_base := next(iter(named))) and not os.path.isabs(named_base):  # written before the fix
+        print(f"eval.py: note: the adapters name their base by the relative path {named_base!r}, read from the "
+              "current directory (--base DIR says which model)", file=sys.stderr)
     base = base or named.pop()
     if not base or not os.path.isfile(os.path.join(base, "config.json")):
         die(f"the adapters' base model {base!r} is not a local model directory; pass --base DIR")
@@ -125,11 +128,11 @@ def run_eval_adapters(args, roles, dirs, t0):
     engine = rollout.make_engine(args.engine, base, device=args.device, dtype=args.dtype, seed=args.seed,
                                  max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
                                  lora_rank=max(c.r for c in configs.values()), max_loras=len(adapters))
+    names = {d: f"adapter{i}" for i, d in enumerate(adapters)}  # not the path: peft reads a '.' as a module path
     for d in adapters:
-        engine.load_adapter(d, read_adapter(d).items(), configs[d])
+        engine.load_adapter(names[d], read_adapter(d).items(), configs[d])
     tok = AutoTokenizer.from_pretrained(base)
-    sampler = rollout.Sampler(engine, tok, lambda role: dirs[role] if is_adapter(dirs[role]) else None, None,
-                              overrides=args.role_sampling)
+    sampler = rollout.Sampler(engine, tok, lambda role: names.get(dirs[role]), None, overrides=args.role_sampling)
     return finish(args, sampler, context, {**dirs, "base": base}, t0)
 
 

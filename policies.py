@@ -114,10 +114,20 @@ ADAPTER_FILE = "adapter_model.safetensors"  # peft's file name: peft, transforme
 
 
 def save_adapter(d, config, weights):
-    """A peft adapter directory: adapter_config.json (naming the base) + the (name, tensor) pairs."""
+    """A peft adapter directory: adapter_config.json (naming the base) + the (name, tensor) pairs. A base
+    that is a local directory is named by its absolute path (get_peft_model records the path the base was
+    loaded by, relative to this process's cwd: from anywhere else it names nothing, or another model)."""
+    import json
     from safetensors.torch import save_file
     os.makedirs(d, exist_ok=True)
     config.save_pretrained(d)
+    base = config.base_model_name_or_path
+    if base and not os.path.isabs(base) and os.path.isdir(base):
+        path = os.path.join(d, "adapter_config.json")
+        with open(path) as f:
+            written = json.load(f)
+        with open(path, "w") as f:
+            json.dump({**written, "base_model_name_or_path": os.path.abspath(base)}, f, indent=2)
     save_file({k: v.contiguous().cpu() for k, v in weights}, os.path.join(d, ADAPTER_FILE))
 
 

@@ -96,3 +96,57 @@ def test_a_preset_evaluates_by_the_task_protocol(tiny_dir, tmp_path, preset, wan
     assert (s["samples"], s["temperature"]) == want
     run(["--preset", preset, "--model", tiny_dir, "--engine", "hf", "--n", "1", "--temperature", "0.3", "--json", j])
     assert json.load(open(j))["settings"]["temperature"] == 0.3
+
+
+@pytest.fixture(scope="module")
+def lora_ckpt(tiny_dir, tmp_path_factory):
+    """A per-role LoRA checkpoint as train.py writes it, trained from a RELATIVE --model path (the cwd is
+    the model's parent directory, as for `train.py --model tiny-model`), with B moved off zero so the
+    adapters change the outputs."""
+    import train
+    from common import save_checkpoint
+    out = tmp_path_factory.mktemp("lora")
+    cwd = os.getcwd()
+    os.chdir(os.path.dirname(tiny_dir))
+    try:
+        rel = os.path.basename(tiny_dir)
+        args = train.get_args(["--task", "plan_path", "--size", "5", "--tool_mode", "direct", "--model", rel,
+                               "--device", "cpu", "--policies", "per-role", "--lora_rank", "4", "--fsdp", "0"])
+        pols = train.load_policies(args, rel, ["tool", "planner"], None, "cpu", None)
+        with torch.no_grad():
+            for i, p in enumerate(pols["tool"].params + pols["planner"].params):
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.3)
+        from transformers import AutoTokenizer
+        save_checkpoint(str(out), 1, pols, AutoTokenizer.from_pretrained(rel), {"rng": None}, log=lambda s: None)
+    finally:
+        os.chdir(cwd)
+    return str(out / "ckpt-000001")
+
+
+def test_lora_checkpoint_names_its_base_by_absolute_path(lora_ckpt, tiny_dir):
+    for p in ("tool", "planner"):
+        base = json.load(open(os.path.join(lora_ckpt, p, "adapter_config.json")))["base_model_name_or_path"]
+        assert base == os.path.abspath(tiny_dir), base  # peft wrote the relative path the base was loaded by
+
+
+@pytest.mark.slow
+def test_lora_checkpoint_from_another_directory_and_a_dotted_path(lora_ckpt, tiny_dir, tmp_path):
+    """eval.py (HF engine) and --merge run from elsewhere than training, on a checkpoint reached by a path
+    with '.' in it (./proj.v2/...: peft took such a name for a module path and crashed)."""
+    import shutil
+    shutil.copytree(lora_ckpt, tmp_path / "proj.v2" / "ckpt-000001")
+    ck = "./proj.v2/ckpt-000001"
+
+    def ev(*extra):
+        return subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), *ARGS, "--engine", "hf", "--n", "2",
+                               "--model", ck, *extra], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    p = ev("--base", tiny_dir, "--json", "a.json")  # the base given: only the dotted path is on trial
+    assert p.returncode == 0, p.stderr[-2000:]
+    p = ev("--json", "b.json")  # the base from adapter_config.json, resolved from another directory
+    assert p.returncode == 0, p.stderr[-2000:]
+    a, b = (json.load(open(tmp_path / f)) for f in ("a.json", "b.json"))
+    assert a["models"]["base"] == b["models"]["base"] == os.path.abspath(tiny_dir)
+    assert a["examples"] == b["examples"]
+    p = subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), "--merge", ck + "/planner", "--out", "merged"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert p.returncode == 0 and os.path.isfile(tmp_path / "merged" / "config.json"), p.stderr[-2000:]
