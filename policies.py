@@ -479,10 +479,14 @@ def settle(policy):
 def ref_logprobs(policy, mb, temperature, device):
     """Log-probs under the frozen reference of --kl_coef: with LoRA the base itself (adapters off; under
     FSDP a collective, so every rank calls it for every micro-step, dummies included), else the policy's
-    replicated reference model (no collectives)."""
+    replicated reference model (no collectives). peft's disable_adapter freezes every adapter but the
+    active one on exit: undone, so the set of trainable parameters never changes (FSDP)."""
     if policy.adapter:
-        with policy.peft.disable_adapter():
-            return policy.net(mb or _DUMMY, temperature, device)
+        try:
+            with policy.peft.disable_adapter():
+                return policy.net(mb or _DUMMY, temperature, device)
+        finally:
+            train_adapters_only(policy.peft)
     if mb is None or policy.ref is None:
         return None
     return [response_logprobs(policy.ref, [s], temperature, device)[0] for s in mb]

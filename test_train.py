@@ -291,3 +291,23 @@ def test_cpu_demo_math_preset_runs_two_steps(tmp_path):
     import train
     args = train.get_args(["--preset", "cpu-demo-math", "--model", model])
     assert (args.data, args.max_turns, args.tiny_dir) == ("arith", 1, "tiny-model-math")
+
+
+def test_kl_reference_of_a_lora_policy_leaves_every_adapter_trainable(tiny_dir):
+    """--kl_coef > 0 with LoRA: the reference log-probs run with the adapters disabled (peft's
+    disable_adapter), which on exit re-freezes every adapter but the active one. FSDP must see one fixed
+    set of trainable parameters (train_adapters_only): the same set before and after."""
+    import policies as P
+    import train
+    args = train.get_args(BASE + ["--model", tiny_dir, "--policies", "per-role", "--lora_rank", "4", "--kl_coef", "0.1",
+                                  "--fsdp", "0"])
+    pols = train.load_policies(args, tiny_dir, ["tool", "planner"], None, "cpu", None)
+    pm = pols["tool"].peft
+
+    def trainable():
+        return {n for n, p in pm.named_parameters() if p.requires_grad}
+    pols["tool"].use()
+    before = trainable()
+    assert any(".planner." in n for n in before) and any(".tool." in n for n in before)
+    P.ref_logprobs(pols["tool"], None, 1.0, "cpu")
+    assert trainable() == before, sorted(before - trainable())[:3]
