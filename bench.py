@@ -132,7 +132,7 @@ def main():
     S.add_argument("--groups", type=int, default=2, help="tree groups per update (per-role: one per role each)")
     S.add_argument("--regime", type=csv(str), default=["per-role"], help="shared,per-role,lora")
     S.add_argument("--grad_ckpt", type=csv(int), default=[0], help="0,1")
-    S.add_argument("--variants", type=csv(str), default=["before", "after"], help="before,after")
+    S.add_argument("--variants", type=csv(str), default=["before", "after"], help="before,after,old-pass")
     S.add_argument("--micro_tokens", type=int, default=8192, help="train.py's --micro_tokens")
     S.add_argument("--logp_chunk", type=int, default=1024, help="train.py's --logp_chunk (after)")
     S.add_argument("--lora_rank", type=int, default=16, help="rank of the lora regime")

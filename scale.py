@@ -12,7 +12,7 @@ a prompt and K responses, through policies.update, the trainer's own code; each 
 process so that peak memory is its own (GPU: torch's allocator; CPU: the process's peak RSS). "before" =
 the whole [tokens, vocab] logits at once, dense [L, L] masks and a separate old-log-prob pass; "after" =
 lm_head in chunks, flex_attention block masks where torch can train them (CUDA), old log-probs from the
-training forward. On CUDA the trainer is FSDP2 on one rank with bf16 compute and fp32 master weights, as
+training forward; "old-pass" = after with the separate pass (what taking them from the forward saves). On CUDA the trainer is FSDP2 on one rank with bf16 compute and fp32 master weights, as
 train.py runs it.
 
 FLOPs (`update_flops`): model FLOPs, 2 per multiply-add: every linear layer per token, lm_head on response
@@ -42,6 +42,8 @@ SHAPES = {  # Qwen3 (tied embeddings, head_dim 128, 151,936 tokens), and small s
                        num_key_value_heads=8),
     "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
                      num_key_value_heads=8),
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, head_dim=64, vocab_size=49152),  # its dims, as a Qwen3
     "cpu-152k": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=64),
     "cpu-small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
@@ -58,9 +60,10 @@ def shape_config(name):
 
 
 def load_config(model):
-    """A named shape, a model dir (its config.json only) or a hub id already in the local cache."""
-    if model in SHAPES:
-        return shape_config(model)
+    """A named shape (or a hub id naming one: Qwen/Qwen3-1.7B), a model dir (its config.json only) or a hub
+    id already in the local cache."""
+    if model.lower().split("/")[-1] in SHAPES:
+        return shape_config(model.lower().split("/")[-1])
     from transformers import AutoConfig
     path = os.path.join(model, "config.json") if os.path.isdir(model) else model
     if os.path.isfile(path):
@@ -123,11 +126,13 @@ def act_bytes(cfg, b=2):
 
 
 def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_tokens=8192, grad_ckpt=False,
-         logp_chunk=1024, kl=False, engine_bytes=0):
+         logp_chunk=1024, kl=False, engine_bytes=0, rollout_bytes=0):
     """Expected peak bytes per GPU, by part. fsdp: fp32 master weights sharded over `world` ranks, bf16
     compute (bf16) with 2 layers gathered at a time (the one running, the one prefetched); else the model
     in bf16 (or fp32) on every rank. Activations: one micro-batch of micro_tokens tokens (all of them
-    response tokens: the worst case for the logits)."""
+    response tokens: the worst case for the logits). engine_bytes: what the engine holds during the
+    update (0 with --sleep 1); rollout_bytes: what it holds during the rollout (its share, and per-role
+    replicas); "total" is the larger of the two phases."""
     N, L, V, H = n_params(cfg), cfg.num_hidden_layers, cfg.vocab_size, cfg.hidden_size
     b = 2 if bf16 else 4
     store = 4 if fsdp else b  # bytes per stored parameter (and gradient, and each AdamW moment)
@@ -152,7 +157,10 @@ def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_toke
     part["logits"] = C * V * (b + 3 * 4)  # one chunk: model-dtype logits, fp32 copy, its softmax and gradient
     if engine_bytes:
         part["engine"] = engine_bytes
-    part["total"] = sum(part.values())
+    update = sum(part.values())
+    if rollout_bytes:  # the rollout holds the trainer's state and the engine, no activations
+        part["rollout phase"] = part["trainer state"] + part.get("KL reference", 0) + rollout_bytes
+    part["total"] = max(update, part.get("rollout phase", 0))
     return part
 
 
@@ -177,17 +185,17 @@ def print_plan(cfg, name, gpu_gib, **kw):
     p = plan(cfg, **kw)
     ok = p["total"] <= gpu_gib * GiB
     print(f"plan for {name} ({n_params(cfg) / 1e9:.2f}B parameters), per GPU: " +
-          ", ".join(f"{k}={v}" for k, v in kw.items()))
+          ", ".join(f"{k}={v / GiB:.1f} GiB" if k.endswith("bytes") else f"{k}={v}" for k, v in kw.items()))
     for k, v in p.items():
         print(f"  {k:15s} {v / GiB:8.2f} GiB")
     print(f"  {'fits' if ok else 'does NOT fit'} in {gpu_gib:g} GiB")
     if not ok:
         fix = fits(cfg, gpu_gib * GiB, **kw)
         flags = {"grad_ckpt": "--grad_ckpt", "micro_tokens": "--micro_tokens", "world": "torchrun --nproc_per_node",
-                 "lora_rank": "--lora_rank", "engine_bytes": "--sleep 1 (engine freed during the update)"}
-        print("  would fit with: " + (", ".join(f"{flags[k]} {int(v) if k != 'engine_bytes' else ''}".strip()
-                                                for k, v in fix.items()) if fix else "none of --grad_ckpt, "
-                                      "--micro_tokens, --sleep, more ranks or --lora_rank 16 alone"))
+                 "lora_rank": "--lora_rank", "engine_bytes": "--sleep"}
+        print("  would fit with: " + (" ".join(f"{flags[k]} {int(v) if k != 'engine_bytes' else 1}"
+                                               for k, v in fix.items()) if fix else "none of --grad_ckpt 1, smaller "
+                                      "--micro_tokens, --sleep 1, more ranks or --lora_rank 16"))
     return ok
 
 
@@ -235,7 +243,7 @@ def measure(c):
     import policies as P
     from transformers import AutoModelForCausalLM
     dev, cfg = c["device"], shape_config(c["shape"])
-    after = c["variant"] == "after"
+    after = c["variant"] in ("after", "old-pass")  # old-pass: after, but with the separate old-log-prob pass
     mesh = None
     if dev == "cuda":  # FSDP2 on one rank, bf16 compute, fp32 master weights: train.py's GPU path
         from common import init_distributed
@@ -276,7 +284,7 @@ def measure(c):
         t = time.time()
         for pol in pols:
             P.update(pol, [s for s in samples if s.policy == pol.name], dev, random.Random(0), loss.ppo_clip, 1.0,
-                     c["micro_tokens"], 1, 1.0, 0.0, old_pass=not after)
+                     c["micro_tokens"], 1, 1.0, 0.0, old_pass=c["variant"] != "after")
         sync()
         times.append(time.time() - t)
     dt = min(times[1:]) if len(times) > 1 else times[0]
@@ -422,7 +430,7 @@ def bench_update(a, keep, peak):
                         mb = min(a.micro_tokens, a.prompt + a.K * R)  # the largest micro-batch it runs
                         est = plan(cfg, policies=1 if regime == "shared" else 2, lora_rank=a.lora_rank if regime == "lora" else 0,
                                    fsdp=dev == "cuda", bf16=dev == "cuda", micro_tokens=mb, grad_ckpt=bool(ck),
-                                   logp_chunk=a.logp_chunk if variant == "after" else 0)
+                                   logp_chunk=0 if variant == "before" else a.logp_chunk)
                         r = pair[variant] = keep(run_isolated("measure", c), part="update", plan=est, matmul_tflops=peak)
                         head = f"update {shape} {regime} P{a.prompt} K{a.K} R{R} x{a.groups} ckpt{ck} {variant:6s}"
                         if "error" in r:
@@ -433,7 +441,11 @@ def bench_update(a, keep, peak):
                                f"{sim / GiB:.2f})" if dev == "cuda" else f"peak RSS {r['peak_bytes'] / GiB:.2f} GiB")
                         say(f"{head}: {r['attention']}, {r['seconds']:.2f}s, {r['tokens_per_s']:.0f} tok/s, "
                             f"{r['tflops']:.2f} TFLOP/s = {r['tflops'] / peak:.0%} of the matmul, {mem}")
-                    if len(pair) == 2 and all("error" not in r for r in pair.values()):
+                    if "before" in pair and "after" in pair and not any("error" in r for r in pair.values()):
                         b, c = pair["before"], pair["after"]
                         say(f"  after vs before: {b['seconds'] / c['seconds']:.2f}x faster, peak "
                             f"{b['peak_bytes'] / c['peak_bytes']:.2f}x lower")
+                    if "after" in pair and "old-pass" in pair and not any("error" in r for r in pair.values()):
+                        o, c = pair["old-pass"], pair["after"]
+                        say(f"  old log-probs from the training forward: {o['seconds'] - c['seconds']:.1f}s of "
+                            f"{o['seconds']:.1f}s saved ({o['seconds'] / c['seconds']:.2f}x)")

@@ -104,6 +104,9 @@ def get_args(argv=None):
     A("--report_to", default="none", choices=("none", "tensorboard", "wandb", "trackio"),
       help="also send config, metrics and sample completions to this tracker (track.py; rank 0). "
            "metrics.jsonl is written either way")
+    A("--plan", action="store_true", help="print the expected peak memory per GPU of this run (from the model's "
+      "config.json alone, for WORLD_SIZE ranks) and what would make it fit, then exit (1: does not fit)")
+    A("--plan_gpu_gib", type=float, default=80.0, help="GPU memory --plan fits into")
     args = parse_args(ap, argv)
     if args.K < 2:
         die(f"--K must be >= 2 (a group needs at least two samples), got {args.K}")
@@ -125,13 +128,13 @@ def get_args(argv=None):
     roles = make_env(args, "train", 0).roles
     if args.policies == "per-role" and len(roles) < 2:
         die(f"--policies per-role needs several roles; task {args.task} (workflow {args.workflow}) has {roles}")
-    if args.sleep and (args.device != "cuda" or args.engine != "vllm"):
+    if args.sleep and not args.plan and (args.device != "cuda" or args.engine != "vllm"):
         die("--sleep 1 needs --device cuda and --engine vllm (vLLM cannot sleep on the CPU)")
     world = int(os.environ.get("WORLD_SIZE", 1))
     if args.problems % world:
         die(f"--problems {args.problems} must be divisible by the number of ranks {world}")
     if args.fsdp < 0:  # FSDP under torchrun and on one GPU alike, so one GPU and eight run the same code
-        args.fsdp = int("RANK" in os.environ or args.device == "cuda")
+        args.fsdp = int("RANK" in os.environ or args.device == "cuda" or args.plan)  # --plan plans for GPUs
     args.eval_n = min(args.eval_n, problem_count(args, "test") or args.eval_n)  # a dataset has so many
     return args
 
@@ -322,8 +325,31 @@ def eval_command(args, ckpt):
     return " ".join(parts + [f"--model {ckpt}"])
 
 
+def plan_run(args):
+    """--plan: scale.plan for this run's settings, weights never loaded. On a machine without a GPU it plans
+    for one (bf16 unless --dtype float32 was given on a GPU box)."""
+    import scale
+    try:
+        cfg = scale.load_config(args.tiny_dir if args.model == "tiny" else args.model)
+    except (ValueError, OSError) as e:
+        die(str(e).splitlines()[0])
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    bf16 = args.dtype == "bfloat16" or args.device == "cpu"
+    n, b = scale.n_params(cfg), 2 if bf16 else 4
+    names = P.policy_names(make_env(args, "train", 0).roles, args.policies)
+    share = args.gpu_memory_utilization * args.plan_gpu_gib * scale.GiB if args.engine == "vllm" else n * b
+    replicas = len(names) * n * b if world > 1 and len(names) > 1 and not args.lora_rank else 0
+    ok = scale.print_plan(cfg, args.model, args.plan_gpu_gib, policies=len(names), lora_rank=args.lora_rank, world=world,
+                          fsdp=args.fsdp != 0, bf16=bf16, micro_tokens=args.micro_tokens, grad_ckpt=bool(args.grad_ckpt),
+                          logp_chunk=args.logp_chunk, kl=args.kl_coef > 0, engine_bytes=0 if args.sleep else share,
+                          rollout_bytes=share + replicas)
+    return 0 if ok else 1
+
+
 def main(argv=None):
     args = get_args(argv)
+    if args.plan:  # will it fit? the config alone, before any process group or weights
+        raise SystemExit(plan_run(args))
     rank, world, local_rank = init_distributed(args.device, args.fsdp)
     master, launched = rank == 0, "RANK" in os.environ
     log = tqdm.write if master else (lambda s: None)

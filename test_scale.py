@@ -1,0 +1,109 @@
+"""scale.py: the counts behind bench.py --sections scale and train.py --plan, against answers known
+independently (a real model's parameters and FLOPs, peft's adapters), and --plan's command line.
+    python -m pytest -q test_scale.py"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import scale
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def real(shape, **over):
+    from transformers import AutoModelForCausalLM
+    cfg = scale.shape_config(shape)
+    cfg.update(over)
+    torch.manual_seed(0)
+    return cfg, AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+
+
+def test_parameter_counts_match_a_real_model_and_peft():
+    from peft import LoraConfig, get_peft_model
+    cfg, m = real("cpu-small")
+    norms = sum(p.numel() for n, p in m.named_parameters() if "norm" in n)
+    assert scale.n_params(cfg) == sum(p.numel() for p in m.parameters()) - norms
+    pm = get_peft_model(m, LoraConfig(r=8, target_modules="all-linear"))
+    assert scale.lora_params(cfg, 8) == sum(p.numel() for n, p in pm.named_parameters() if ".lora_" in n)
+    assert round(scale.n_params(scale.shape_config("qwen3-1.7b")) / 1e6) == 1720  # Qwen3-1.7B: 1.7B, 1.4B without embeddings
+
+
+def test_flop_formula_matches_torchs_flop_counter():
+    """A forward of T tokens: every linear layer (lm_head on all T here) and attention over the full
+    [T, T] square (what sdpa computes; the update counts only the pairs a token may see)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    cfg, m = real("cpu-small")
+    m.set_attn_implementation("eager")  # plain matmuls, which the counter sees (CPU sdpa's kernel it does not)
+    T = 96
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        m(input_ids=torch.randint(3, 1000, (1, T)), use_cache=False)
+    H, _, q, _ = scale.dims(cfg)
+    linear = 2 * (cfg.num_hidden_layers * scale.layer_params(cfg) + cfg.vocab_size * H) * T
+    assert fc.get_total_flops() == linear + 4 * q * cfg.num_hidden_layers * T * T
+    # an update: 3 forwards; lm_head on responses only; causal pairs of a shared-prompt row
+    P, K, R = 10, 3, 5
+    assert scale.pairs(P, K, R) == sum(t + 1 for t in range(P)) + K * sum(P + r + 1 for r in range(R))
+    n = cfg.num_hidden_layers
+    fwd = 2 * (n * scale.layer_params(cfg) * (P + K * R) + cfg.vocab_size * H * K * R) + 4 * q * n * scale.pairs(P, K, R)
+    assert scale.update_flops(cfg, [(P, K, R)]) == 3 * fwd
+
+
+def test_plan_by_part_known_answers():
+    cfg = scale.shape_config("qwen3-1.7b")
+    N = scale.n_params(cfg)
+    p = scale.plan(cfg, policies=2, world=8, fsdp=True)  # fp32 master + grads + 2 AdamW moments, sharded
+    assert p["trainer state"] == 2 * N * 16 / 8
+    p = scale.plan(cfg, policies=2, world=1, fsdp=False, bf16=True)  # bf16 everything, replicated
+    assert p["trainer state"] == 2 * N * 8 and "FSDP gathered" not in p
+    p = scale.plan(cfg, policies=2, lora_rank=16, world=8)  # one frozen base, two adapters
+    assert p["trainer state"] == N * 4 / 8 + 2 * scale.lora_params(cfg, 16) * 16 / 8
+    a, b = (scale.plan(cfg, micro_tokens=8192, grad_ckpt=c)["activations"] for c in (False, True))
+    assert b < a / 5  # checkpointing keeps layer inputs and one layer's activations
+    assert scale.plan(cfg, logp_chunk=0)["logits"] == 8 * scale.plan(cfg, logp_chunk=1024)["logits"]
+    p = scale.plan(cfg, engine_bytes=0, rollout_bytes=100 * scale.GiB)
+    assert p["total"] == p["rollout phase"] == p["trainer state"] + 100 * scale.GiB
+
+
+def test_plan_against_the_h200_measurements():
+    """docs/scale-h200.jsonl: the peaks measured by bench.py on an H200 (1.7B shape, per-role, FSDP on one
+    rank); the plan is within 15% of every one."""
+    rows = [json.loads(x) for x in open(os.path.join(HERE, "docs", "scale-h200.jsonl"))]
+    rows = [r for r in rows if r["part"] == "update" and "error" not in r]
+    assert len(rows) >= 6
+    for r in rows:
+        cfg = scale.shape_config(r["shape"])
+        est = scale.plan(cfg, policies=2, micro_tokens=min(r["micro_tokens"], r["prompt"] + r["K"] * r["response"]),
+                         grad_ckpt=bool(r["grad_ckpt"]), logp_chunk=0 if r["variant"] == "before" else r["logp_chunk"])
+        assert abs(est["total"] / r["peak_bytes"] - 1) < 0.15, (r["response"], r["grad_ckpt"], r["variant"])
+
+
+def test_fits_names_a_change_that_fits():
+    cfg = scale.shape_config("qwen3-1.7b")
+    kw = dict(policies=2, world=1, micro_tokens=8192)
+    assert scale.fits(cfg, 1000 * scale.GiB, **kw) is None
+    fix = scale.fits(cfg, 60 * scale.GiB, **kw)
+    assert fix and scale.plan(cfg, **{**kw, **fix})["total"] <= 60 * scale.GiB
+    assert scale.fits(cfg, 1 * scale.GiB, **kw) == {}  # nothing on the list is enough
+
+
+def plan_cli(*flags, env=None):
+    return subprocess.run([sys.executable, "train.py", "--task", "plan_path", "--plan", *flags], cwd=HERE,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
+
+
+def test_plan_command_reads_only_config_json(tmp_path):
+    cfg = scale.shape_config("qwen3-1.7b")
+    cfg.save_pretrained(tmp_path)  # config.json, no weights
+    assert os.listdir(tmp_path) == ["config.json"]
+    r = plan_cli("--model", str(tmp_path), "--policies", "per-role", "--plan_gpu_gib", "80", env={"WORLD_SIZE": "8"})
+    assert r.returncode == 0 and "fits in 80 GiB" in r.stdout, r.stdout + r.stderr
+    want = scale.plan(cfg, policies=2, world=8)["trainer state"] / scale.GiB
+    assert f"trainer state {want:10.2f} GiB" in r.stdout, r.stdout
+    r = plan_cli("--model", str(tmp_path), "--policies", "per-role", "--plan_gpu_gib", "40")
+    assert r.returncode == 1 and "does NOT fit" in r.stdout and "would fit with: --grad_ckpt 1" in r.stdout
+    r = plan_cli("--model", str(tmp_path / "nothing"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
