@@ -44,8 +44,8 @@ def read_wandb(out):
             if rec.WhichOneof("record_type") == "history":
                 items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
                 for k, v in items.items():
-                    if isinstance(v, (int, float)) and not k.startswith("_"):
-                        scal.setdefault(k, {})[items["_step"]] = v
+                    if isinstance(v, (int, float)) and not k.startswith("_") and k != "train/step":
+                        scal.setdefault(k, {})[items.get("train/step", items["_step"])] = v
     return scal, {}
 
 
@@ -95,3 +95,60 @@ def test_missing_tracker_is_a_one_line_error(tiny_dir, tmp_path):
 def test_scalars_flatten_lists_and_drop_text():
     assert track.scalars({"step": 3, "a": 1, "mem": [0.5, 0.25], "s": "x", "f": True}) == {
         "a": 1.0, "mem/rank0": 0.5, "mem/rank1": 0.25}
+
+
+class FakeWandb:
+    """wandb's rules as its docs state them, for a run resumed online: `run.step` continues after the last
+    logged step, `log(..., step=s)` with s below it is dropped (a warning), and `log` without a step logs
+    at run.step and advances it; define_metric(step_metric=) names the x axis. The server is a dict."""
+    server = {}
+
+    class Table:
+        def __init__(self, columns, data):
+            self.data = data
+
+    def init(self, id, resume, **kw):
+        return FakeWandb.Run(FakeWandb.server.setdefault(id, {"rows": []}))
+
+    class Run:
+        def __init__(self, state):
+            self.state, self.step = state, len(state["rows"])
+
+        def define_metric(self, name, step_metric=None, **kw):
+            pass
+
+        def log(self, vals, step=None):
+            if step is not None and step < self.step:
+                return  # "Tried to log to step 2 that is less than the current step 4 ... will be ignored"
+            self.step = self.step if step is None else step
+            while len(self.state["rows"]) <= self.step:
+                self.state["rows"].append({})
+            self.state["rows"][self.step].update(vals)
+            if step is None:
+                self.step += 1
+
+        def finish(self):
+            pass
+
+
+def test_wandb_resumed_run_keeps_the_relogged_steps(tmp_path, monkeypatch):
+    """A run killed after logging step 3, resumed from its step-1 checkpoint, logs steps 2 and 3 again
+    (metrics.jsonl's values): none may be dropped for a step that is not increasing."""
+    import sys
+    monkeypatch.setitem(sys.modules, "wandb", FakeWandb())
+    FakeWandb.server.clear()
+    t = track.Tracker("wandb", str(tmp_path), {})
+    for s in (1, 2, 3):
+        t.log({"step": s, "loss": float(s)})
+    t.close()  # killed; resumed from step 1, the steps after it are recomputed
+    t = track.Tracker("wandb", str(tmp_path), {}, start_step=1)
+    for s in (2, 3, 4):
+        t.log({"step": s, "loss": 10.0 * s})
+        t.samples(s, [{"role": "tool", "reward": 1.0, "advantage": 0.0, "text": "x"}])
+    t.close()
+    rows = FakeWandb.server[open(tmp_path / "wandb_id").read()]["rows"]
+    last = {}
+    for r in rows:  # what a chart of loss against the training step shows last at each step
+        if "loss" in r:
+            last[r.get("train/step", rows.index(r))] = r["loss"]
+    assert last == {1: 1.0, 2: 20.0, 3: 30.0, 4: 40.0}

@@ -10,7 +10,8 @@ command (`check`), never a silent no-op. Offline use:
     trackio       local-first: a SQLite database in $TRACKIO_DIR (default ~/.cache/huggingface/trackio);
                   `trackio show --project at-grpo` to browse it
 A resumed run continues the same tracker run (tensorboard drops the events past the checkpoint's step;
-wandb resumes by the id kept in OUT_DIR/wandb_id).
+wandb resumes by the id kept in OUT_DIR/wandb_id, its x axis is the metric train/step: the re-done steps
+are logged again, never dropped as "not increasing").
 
     python -m pytest -q test_track.py
 """
@@ -62,6 +63,10 @@ class Tracker:
             with open(id_path, "w") as f:
                 f.write(run_id)
             self.run = wandb.init(project=project, name=name, id=run_id, resume="allow", dir=out_dir, config=config)
+            # x axis: the training step as a metric. wandb's own step may only grow, and a resumed run logs
+            # again the steps after its checkpoint: with log(step=) wandb would drop them (online)
+            self.run.define_metric("train/step")
+            self.run.define_metric("*", step_metric="train/step")
         elif kind == "trackio":
             import trackio
             self.run = trackio.init(project=project, name=name, config=config, resume="allow")
@@ -74,7 +79,7 @@ class Tracker:
             for k, v in vals.items():
                 self.run.add_scalar(k, v, step)
         elif self.kind == "wandb":
-            self.run.log(vals, step=step)
+            self.run.log({**vals, "train/step": step})
         else:
             import trackio
             trackio.log(vals, step=step)
@@ -89,7 +94,7 @@ class Tracker:
             self.run.add_text("completions", md, step)
         elif self.kind == "wandb":
             import wandb
-            self.run.log({"completions": wandb.Table(columns=cols, data=data)}, step=step)
+            self.run.log({"completions": wandb.Table(columns=cols, data=data), "train/step": step})
         else:
             import trackio
             trackio.log({"completions": trackio.Table(columns=cols, data=data)}, step=step)
