@@ -156,6 +156,7 @@ def test_role_sampling_changes_samples_and_keeps_the_logp_gap(warm_dir, tmp_path
     (["--task", "math", "--data", "offline", "--wall_prob=0.3"], "--wall_prob does not apply to task math"),
     (["--task", "plan_path", "--data", "offline"], "--data does not apply to task plan_path"),
     (["--task", "sudoku", "--boxes", "2"], "--boxes does not apply to task sudoku (an option of sokoban)"),
+    (["--resume"], "--resume: no run in"),  # a run killed before its first checkpoint resumes from step 0
 ])
 def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     p = run(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, check=False)
