@@ -346,6 +346,149 @@ def plan_run(args):
     return 0 if ok else 1
 
 
+def open_out_dir(args):
+    """The output directory, never clobbering a previous run's results. Returns the checkpoint to resume
+    from: --resume's last complete one, or None (a fresh run, or one killed before its first checkpoint)."""
+    if args.resume and not os.path.isdir(args.out_dir):
+        die(f"--resume: no run in {args.out_dir} (no such directory)")
+    os.makedirs(args.out_dir, exist_ok=True)
+    if not args.resume and os.path.exists(os.path.join(args.out_dir, "metrics.jsonl")):
+        die(f"{args.out_dir} already holds a run; pass --resume or choose another --out_dir")
+    return latest_checkpoint(args.out_dir) if args.resume else None
+
+
+def load_model(args, model_dir, roles, ckpt, device, world, log):
+    """Tokenizer and {name: Policy} (shared: one; per-role: one per role; under FSDP sharded over the
+    ranks), weights from the checkpoint when resuming. Returns them with the longest prompt served."""
+    mesh = None
+    if args.fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh(args.device, (world,))
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        policies = load_policies(args, model_dir, P.policy_names(roles, args.policies), ckpt, device, mesh)
+    except OSError as e:
+        die(f"cannot load model {args.model!r}: {str(e).splitlines()[0]}")
+    except ValueError as e:  # e.g. --attention flex where it cannot train
+        die(str(e).splitlines()[0])
+    model = next(iter(policies.values())).model
+    log(f"trainer log-probs: {P.attention_path(model)}, lm_head in chunks of {args.logp_chunk} tokens")
+    return tok, policies, prompt_budget(args, model.config, log)
+
+
+def resume(args, ckpt, policies, rank, world, master, log):
+    """(start step, saved trainer state or None). The trainer state goes back into the policies; its RNG
+    states are restored later, once the engine has started. The lines of metrics.jsonl and samples.jsonl
+    past the checkpoint (and a torn last one) are set aside."""
+    start, saved = 0, None
+    if ckpt:
+        saved = load_checkpoint(ckpt, policies, rank, world)
+        start = saved["step"]
+        log(f"resumed from {ckpt} at step {start}")
+    elif args.resume:  # killed before its first checkpoint: the run starts over
+        log(f"--resume: no checkpoint in {args.out_dir} yet, starting from step 0")
+    if args.resume and master:
+        trim_metrics(args.out_dir, start)
+    return start, saved
+
+
+def eval_before(args, run_eval, proto, start, master, log):
+    """The summary, with the held-out evaluation before training: measured at step 0 and written to
+    summary.json at once; a resumed run reads it back from there (if made the same way)."""
+    summary = {"task": args.task, "policies": args.policies, "seed": args.seed, "steps": args.steps, "preset": args.preset}
+    if not args.eval_n:
+        return summary
+    summary_path = os.path.join(args.out_dir, "summary.json")
+    summary["eval"] = {"split": "test", "n": args.eval_n, **proto}
+    old = json.load(open(summary_path)) if start and os.path.exists(summary_path) else {}
+    if start == 0:
+        summary["eval"]["before"] = run_eval()
+        kill_point("eval_before", 0)
+    elif all(old.get("eval", {}).get(k) == v for k, v in summary["eval"].items()):
+        summary["eval"]["before"] = old["eval"].get("before")
+    summary["success_before"] = (summary["eval"].get("before") or {}).get("success")
+    if master and start == 0:  # kept now: a run killed later resumes with it
+        write_json(summary_path, summary)
+    log(f"held-out success before training: {summary['success_before']} ({proto['metric']}, {args.eval_n} test problems)")
+    return summary
+
+
+def train_step(args, step, sampler, engine, policies, replicas, streams, objective, roles, device, rank, world,
+               max_prompt_tokens):
+    """Steps 1-4 of a training step: rollout, groups and advantages, one update per policy, new weights to
+    the engine. Returns its metrics (timings included, evaluation not) and its samples."""
+    dtype = getattr(torch, args.dtype)
+    t0, sync0, switches0, env0 = time.time(), sampler.sync_s, sampler.switches, sampler.env_s
+    # 1. rollout (time/env: the part of it spent stepping envs, in rollout's thread pool)
+    samples, finals = play(args, sampler, step, rank, world, streams["branch"], max_prompt_tokens)
+    kill_point("rollout", step + 1)
+    t_rollout, t_env = time.time() - t0 - (sampler.sync_s - sync0), sampler.env_s - env0
+    # 2. groups and advantages
+    advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm))
+    for s, adv in zip(samples, advantages):
+        s.advantage = float(adv)
+    # 3. update: each policy learns only from the groups routed to it (every rank calls every policy)
+    t1 = time.time()
+    replicas.clear()  # stale, and the update wants the memory
+    if args.sleep:
+        engine.sleep()
+    updates = {name: P.update(policy, [s for s in samples if s.policy == name], device, streams["shuffle"],
+                              objective, args.temperature, args.micro_tokens, args.mini_batches, args.grad_clip,
+                              args.kl_coef, tis_cap=args.tis_cap)
+               for name, policy in policies.items()}
+    t_update = time.time() - t1
+    kill_point("update", step + 1)
+    # 4. new weights to the engine (per-role: each policy is pulled right before its role generates,
+    # and that switch is timed inside the sampler)
+    t2 = time.time()
+    if args.sleep:
+        engine.wake()
+    push_weights(engine, sampler, policies, dtype, replicas, world)
+    m = step_metrics(step + 1, samples, finals, roles, updates, policies)
+    m["time/sync"] = time.time() - t2 + (sampler.sync_s - sync0)
+    if args.device == "cuda":
+        m.update(memory_metrics(rank, world))
+    m["weight_switches"] = sampler.switches - switches0
+    m["time/rollout"], m["time/env"], m["time/update"] = t_rollout, t_env, t_update
+    return m, samples
+
+
+def record_step(args, m, samples, roles, tracker, log):
+    """Rank 0: the step's metrics line and sample completions (appended, fsynced), the log line, the tracker."""
+    append_lines(os.path.join(args.out_dir, "metrics.jsonl"), [m], "metrics", m["step"])
+    rows = write_samples(args.out_dir, m["step"], samples, args.log_samples)
+    log(log_line(m, roles))
+    if tracker:
+        tracker.log(m)
+        tracker.samples(m["step"], rows)
+
+
+def finish(args, summary, run_eval, proto, t_start, master, tracker, log):
+    """The held-out evaluation after training, summary.json, and where everything went."""
+    kill_point("eval_after", args.steps)
+    if args.eval_n:
+        summary["eval"]["after"] = run_eval()
+        summary["success_after"] = summary["eval"]["after"]["success"]
+        log(f"held-out success after training: {summary['success_after']:.3f} "
+            f"(before: {summary['success_before']}; {proto['metric']})")
+    summary["wall_s"] = round(time.time() - t_start, 1)
+    if master:
+        write_json(os.path.join(args.out_dir, "summary.json"), summary)
+        log(f"summary: {json.dumps(summary)}")
+        ckpt = latest_checkpoint(args.out_dir)
+        log(f"\ndone in {summary['wall_s']:.0f}s; everything is in {args.out_dir}/:")
+        log(f"  metrics     {os.path.join(args.out_dir, 'metrics.jsonl')} (one line per step), samples.jsonl, summary.json")
+        log(f"  checkpoint  {ckpt}" + (" (peft adapters: eval.py --merge DIR writes a full model)" if args.lora_rank else ""))
+        log(f"  curves      python eval.py --plot {args.out_dir}")
+        log(f"  evaluate    {eval_command(args, ckpt)}")
+        if args.report_to == "tensorboard":
+            log(f"  tensorboard tensorboard --logdir {os.path.join(args.out_dir, 'tensorboard')}")
+    if tracker:
+        if args.eval_n:
+            tracker.log({"step": args.steps, "eval/success_after": summary["success_after"]})
+        tracker.close()
+
+
 def main(argv=None):
     args = get_args(argv)
     if args.plan:  # will it fit? the config alone, before any process group or weights
@@ -360,15 +503,7 @@ def main(argv=None):
         log(f"preset {args.preset}: {json.dumps(PRESETS[args.preset])}")
     # the objective (an ablation of it is a new function in loss.py, named here)
     objective = functools.partial(loss.ppo_clip, eps_low=args.eps_low, eps_high=args.eps_high, kl_coef=args.kl_coef)
-
-    # ---- output directory: never clobber a previous run's results
-    if args.resume and not os.path.isdir(args.out_dir):
-        die(f"--resume: no run in {args.out_dir} (no such directory)")
-    os.makedirs(args.out_dir, exist_ok=True)
-    metrics_path, summary_path = os.path.join(args.out_dir, "metrics.jsonl"), os.path.join(args.out_dir, "summary.json")
-    ckpt = latest_checkpoint(args.out_dir) if args.resume else None  # None: killed before its first one
-    if not args.resume and os.path.exists(metrics_path):
-        die(f"{args.out_dir} already holds a run; pass --resume or choose another --out_dir")
+    ckpt = open_out_dir(args)
 
     # ---- model, tokenizer, one policy per name (shared: one; per-role: one per role), resume
     model_dir = resolve_model(args, master, log)
@@ -376,29 +511,9 @@ def main(argv=None):
     # our own seeded streams, one per decision, so an A/B of one does not move the other: tree sampling's
     # tie-breaks (rollout.pick_branch) and the mini-batch shuffle (policies.update)
     streams = {name: random.Random(f"{name}/{args.seed}/{rank}") for name in ("branch", "shuffle")}
-    mesh = None
-    if args.fsdp:
-        from torch.distributed.device_mesh import init_device_mesh
-        mesh = init_device_mesh(args.device, (world,))
     roles = make_env(args, "train", 0).roles
-    try:
-        tok = AutoTokenizer.from_pretrained(model_dir)
-        policies = load_policies(args, model_dir, P.policy_names(roles, args.policies), ckpt, device, mesh)
-    except OSError as e:
-        die(f"cannot load model {args.model!r}: {str(e).splitlines()[0]}")
-    except ValueError as e:  # e.g. --attention flex where it cannot train
-        die(str(e).splitlines()[0])
-    max_prompt_tokens = prompt_budget(args, next(iter(policies.values())).model.config, log)
-    log(f"trainer log-probs: {P.attention_path(next(iter(policies.values())).model)}, lm_head in chunks of {args.logp_chunk} tokens")
-    start, saved = 0, None
-    if ckpt:
-        saved = load_checkpoint(ckpt, policies, rank, world)
-        start = saved["step"]  # its RNG states are restored below, once the engine has started
-        log(f"resumed from {ckpt} at step {start}")
-    elif args.resume:  # killed before its first checkpoint: the run starts over
-        log(f"--resume: no checkpoint in {args.out_dir} yet, starting from step 0")
-    if args.resume and master:  # lines past the checkpoint (and a torn last one) are set aside
-        trim_metrics(args.out_dir, start)
+    tok, policies, max_prompt_tokens = load_model(args, model_dir, roles, ckpt, device, world, log)
+    start, saved = resume(args, ckpt, policies, rank, world, master, log)
 
     # ---- engine and sampler (one engine serves every policy)
     engine = rollout.make_engine(args.engine, model_dir, device=args.device, dtype=args.dtype, seed=args.seed + rank,
@@ -415,19 +530,7 @@ def main(argv=None):
     # ---- evaluation before training (a resumed run keeps its first one, if made the same way)
     proto = rollout.eval_protocol(args.task)  # eval.py's: the numbers are comparable
     run_eval = functools.partial(evaluate, args, sampler, engine, proto, max_prompt_tokens, rank, world)
-    summary = {"task": args.task, "policies": args.policies, "seed": args.seed, "steps": args.steps, "preset": args.preset}
-    if args.eval_n:
-        summary["eval"] = {"split": "test", "n": args.eval_n, **proto}
-        old = json.load(open(summary_path)) if start and os.path.exists(summary_path) else {}
-        if start == 0:
-            summary["eval"]["before"] = run_eval()
-            kill_point("eval_before", 0)
-        elif all(old.get("eval", {}).get(k) == v for k, v in summary["eval"].items()):
-            summary["eval"]["before"] = old["eval"].get("before")
-        summary["success_before"] = (summary["eval"].get("before") or {}).get("success")
-        if master and start == 0:  # kept now: a run killed later resumes with it
-            write_json(summary_path, summary)
-        log(f"held-out success before training: {summary['success_before']} ({proto['metric']}, {args.eval_n} test problems)")
+    summary = eval_before(args, run_eval, proto, start, master, log)
 
     # ---- random streams. They start here, after everything that seeds or draws at start-up (vLLM
     # re-seeds python, numpy and torch when its engine starts; then the weight push, the first evaluation):
@@ -441,76 +544,20 @@ def main(argv=None):
         tracker.log({"step": 0, "eval/success": summary["success_before"]})
 
     for step in tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps):
-        t0, sync0, switches0, env0 = time.time(), sampler.sync_s, sampler.switches, sampler.env_s
-        # 1. rollout (time/env: the part of it spent stepping envs, in rollout's thread pool)
-        samples, finals = play(args, sampler, step, rank, world, streams["branch"], max_prompt_tokens)
-        kill_point("rollout", step + 1)
-        t_rollout, t_env = time.time() - t0 - (sampler.sync_s - sync0), sampler.env_s - env0
-        # 2. groups and advantages
-        advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm))
-        for s, adv in zip(samples, advantages):
-            s.advantage = float(adv)
-        # 3. update: each policy learns only from the groups routed to it (every rank calls every policy)
-        t1 = time.time()
-        replicas.clear()  # stale, and the update wants the memory
-        if args.sleep:
-            engine.sleep()
-        updates = {name: P.update(policy, [s for s in samples if s.policy == name], device, streams["shuffle"],
-                                  objective, args.temperature, args.micro_tokens, args.mini_batches, args.grad_clip,
-                                  args.kl_coef, tis_cap=args.tis_cap)
-                   for name, policy in policies.items()}
-        t_update = time.time() - t1
-        kill_point("update", step + 1)
-        # 4. new weights to the engine (per-role: each policy is pulled right before its role generates,
-        # and that switch is timed inside the sampler)
-        t2 = time.time()
-        if args.sleep:
-            engine.wake()
-        push_weights(engine, sampler, policies, dtype, replicas, world)
-        # 5. metrics, evaluation, log, checkpoint
-        m = step_metrics(step + 1, samples, finals, roles, updates, policies)
-        m["time/sync"] = time.time() - t2 + (sampler.sync_s - sync0)
-        if args.device == "cuda":
-            m.update(memory_metrics(rank, world))
-        m["weight_switches"] = sampler.switches - switches0
-        m["time/rollout"], m["time/env"], m["time/update"] = t_rollout, t_env, t_update
+        # 1-4. rollout -> groups and advantages -> one update per policy -> new weights to the engine
+        m, samples = train_step(args, step, sampler, engine, policies, replicas, streams, objective, roles, device,
+                                rank, world, max_prompt_tokens)
+        # 5. evaluation, metrics, log, checkpoint
         if args.eval_n and args.eval_every and (step + 1) % args.eval_every == 0:
             m["eval/success"] = run_eval()["success"]
         if master:
-            append_lines(metrics_path, [m], "metrics", step + 1)
-            rows = write_samples(args.out_dir, step + 1, samples, args.log_samples)
-            log(log_line(m, roles))
-            if tracker:
-                tracker.log(m)
-                tracker.samples(step + 1, rows)
+            record_step(args, m, samples, roles, tracker, log)
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.steps:
             save_checkpoint(args.out_dir, step + 1, policies, tok, {"rng": rng_states(streams), "args": vars(args)},
                             args.keep_ckpts, rank, world, log)
 
     # ---- evaluation after training, summary
-    kill_point("eval_after", args.steps)
-    if args.eval_n:
-        summary["eval"]["after"] = run_eval()
-        summary["success_after"] = summary["eval"]["after"]["success"]
-        log(f"held-out success after training: {summary['success_after']:.3f} "
-            f"(before: {summary['success_before']}; {proto['metric']})")
-    summary["wall_s"] = round(time.time() - t_start, 1)
-    if master:
-        write_json(summary_path, summary)
-        log(f"summary: {json.dumps(summary)}")
-    if master:  # where everything went
-        ckpt = latest_checkpoint(args.out_dir)
-        log(f"\ndone in {summary['wall_s']:.0f}s; everything is in {args.out_dir}/:")
-        log(f"  metrics     {metrics_path} (one line per step), samples.jsonl, summary.json")
-        log(f"  checkpoint  {ckpt}" + (" (peft adapters: eval.py --merge DIR writes a full model)" if args.lora_rank else ""))
-        log(f"  curves      python eval.py --plot {args.out_dir}")
-        log(f"  evaluate    {eval_command(args, ckpt)}")
-        if args.report_to == "tensorboard":
-            log(f"  tensorboard tensorboard --logdir {os.path.join(args.out_dir, 'tensorboard')}")
-    if tracker:
-        if args.eval_n:
-            tracker.log({"step": args.steps, "eval/success_after": summary["success_after"]})
-        tracker.close()
+    finish(args, summary, run_eval, proto, t_start, master, tracker, log)
     if launched and args.engine != "vllm":  # vLLM's exit hook tears the process groups down itself
         torch.distributed.destroy_process_group()
     return summary
