@@ -5,6 +5,7 @@ are noisy; compare within a run, not across runs).
     python bench.py --sections sandbox   # one part only (sandbox, env, engine, update, lora)
     python bench.py --sections lora      # per-role LoRA vs full fine-tuning: pushes and trainer memory
     python bench.py --sections scale     # the update at the paper's shapes (scale.py; --device cuda on a GPU)
+    python bench.py --sections soak --soak_steps 500   # a long run's resources, sampled as it goes (~30 min)
 
 1. Sandbox: runs/s of the worker pool vs one bubblewrap namespace per run, for print(1) and a 50 ms
    CPU-bound program.
@@ -22,6 +23,10 @@ are noisy; compare within a run, not across runs).
    and old log-probs from the training forward: the log-prob step at a 152k vocabulary, a shared-prompt
    row's forward, and whole updates of Qwen3 shapes with tokens/s, TFLOP/s, the fraction of a matmul's
    speed measured in the same run, peak memory and train.py --plan's estimate next to it.
+7. Soak: a long per-role run (untrained tiny math model, vLLM, LoRA adapters pushed every step, the math
+   task's sandboxed tool) sampled from outside every --soak_every steps: resident memory of the trainer
+   and of its child processes, open file descriptors, threads, child processes, new entries in the temp
+   dir; then each one's growth per 100 steps over the second half of the run (the first half warms up).
 """
 import argparse
 import os
@@ -120,7 +125,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=32, help="prompts per rollout batch")
     ap.add_argument("--K", type=int, default=None, help="completions per prompt (default 16; scale: 8)")
     ap.add_argument("--max_tokens", type=int, default=64, help="tokens per completion (no EOS stop)")
-    ap.add_argument("--sections", nargs="+", default=SECTIONS[:-1], choices=SECTIONS, help="what to measure (default: all but scale)")
+    ap.add_argument("--sections", nargs="+", default=SECTIONS[:-2], choices=SECTIONS, help="what to measure (default: all but scale and soak)")
     ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
     S = ap.add_argument_group("scale (--sections scale; lists are comma-separated)")
     csv = lambda f: lambda s: [f(x) for x in s.split(",")]
@@ -142,6 +147,8 @@ def main():
     S.add_argument("--row_shape", default="cpu-small", help="shape of the row forward")
     S.add_argument("--row_response", type=int, default=512, help="response tokens of the row forward")
     S.add_argument("--json", default=None, help="append every measurement to this JSON-lines file")
+    ap.add_argument("--soak_steps", type=int, default=500, help="steps of the soak run")
+    ap.add_argument("--soak_every", type=int, default=50, help="print the soak's resources every N steps")
     a = ap.parse_args()
     a.K = a.K or (8 if a.sections == ["scale"] else 16)
     model_dir = a.model
@@ -161,9 +168,11 @@ def main():
     if "scale" in a.sections:
         import scale
         scale.bench(a)
+    if "soak" in a.sections:
+        bench_soak(a)
 
 
-SECTIONS = ["sandbox", "env", "engine", "update", "lora", "scale"]
+SECTIONS = ["sandbox", "env", "engine", "update", "lora", "scale", "soak"]
 
 
 def bench_engine(a, model_dir):
@@ -265,6 +274,84 @@ def bench_lora(model_dir, roles=("tool", "planner"), repeats=5):
               f"; rank-8 adapter {' + '.join(map(str, mem_lora[0]))}, frozen base {frozen} once")
         print(f"lora {label} trainer bytes for {len(roles)} roles: full {tf} ({tf / 2**20:.1f} MiB), LoRA {tl} "
               f"({tl / 2**20:.1f} MiB): {tf / tl:.1f}x less")
+
+
+def proc_tree(pid):
+    """pid and every descendant, from /proc (no psutil)."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def proc_status(pid, key):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def resources(pid, tmp_before):
+    tree = proc_tree(pid)
+    try:
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        fds = 0
+    return {"rss_mib": proc_status(pid, "VmRSS") / 1024, "children_rss_mib": sum(proc_status(p, "VmRSS") for p in tree[1:]) / 1024,
+            "fds": fds, "threads": proc_status(pid, "Threads"), "children": len(tree) - 1,
+            "tmp_entries": len(set(os.listdir(tempfile.gettempdir())) - tmp_before)}
+
+
+def bench_soak(a):
+    """A long run watched from outside; see the module docstring (7)."""
+    import json
+    import subprocess
+    import sys
+    import tiny
+    work = tempfile.mkdtemp(prefix="soak-")
+    model = tiny.build(os.path.join(work, "tiny-math"), sft_steps=0, task="math", log=lambda s: None)
+    out = os.path.join(work, "run")
+    cmd = [sys.executable, "train.py", "--preset", "cpu-demo-math", "--model", model, "--lora_rank", "8", "--lr", "2e-3",
+           "--steps", str(a.soak_steps), "--problems", "8", "--K", "4", "--mini_batches", "1", "--eval_n", "0",
+           "--eval_every", "0", "--save_every", "100", "--out_dir", out]
+    tmp_before = set(os.listdir(tempfile.gettempdir()))
+    log = open(os.path.join(work, "train.log"), "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.path.dirname(os.path.abspath(__file__)))
+    print(f"soak: {' '.join(cmd[1:])} (log {log.name})", flush=True)
+    rows, metrics = [], os.path.join(out, "metrics.jsonl")
+    while proc.poll() is None:
+        time.sleep(2)
+        steps = sum(1 for _ in open(metrics)) if os.path.exists(metrics) else 0
+        if steps and (not rows or steps >= rows[-1]["step"] + a.soak_every):
+            rows.append({"step": steps, "t": time.time(), **resources(proc.pid, tmp_before)})
+            r = rows[-1]
+            print(f"soak step {steps:5d}: trainer RSS {r['rss_mib']:7.1f} MiB, children RSS {r['children_rss_mib']:7.1f} MiB, "
+                  f"fds {r['fds']:4d}, threads {r['threads']:3d}, child processes {r['children']:3d}, new temp entries "
+                  f"{r['tmp_entries']:3d}", flush=True)
+    if proc.returncode != 0:
+        print(f"soak: train.py exited {proc.returncode}; see {log.name}")
+    half = [r for r in rows if r["step"] >= rows[-1]["step"] / 2] if rows else []
+    if len(half) >= 2:
+        d = half[-1]["step"] - half[0]["step"]
+        print(f"soak growth per 100 steps (steps {half[0]['step']}..{half[-1]['step']}): " + ", ".join(
+            f"{k} {100 * (half[-1][k] - half[0][k]) / d:+.1f}" for k in rows[0] if k not in ("step", "t")))
+        print(f"soak: {(rows[-1]['t'] - rows[0]['t']) / max(1, rows[-1]['step'] - rows[0]['step']):.2f} s/step")
+    with open(os.path.join(work, "soak.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return rows
 
 
 if __name__ == "__main__":
