@@ -1,5 +1,5 @@
 """What train.py, eval.py and table.py share: presets, the flags of a task and an engine, one-line CLI
-errors, the process group and its collectives, and checkpoints (save / latest / load). Scripts import
+errors, the process group and its collectives, and checkpoints (save / latest / load; peft adapter dirs). Scripts import
 this and the library modules, never each other (plot.py is such a module that also has a command line).
 
     python -m pytest -q test_train.py test_eval.py
@@ -196,6 +196,36 @@ def set_rng_states(st, streams):
         torch.cuda.set_rng_state(st["cuda_rng"])
 
 
+ADAPTER_FILE = "adapter_model.safetensors"  # peft's file name: peft, transformers and vLLM read it
+
+
+def save_adapter(d, config, weights):
+    """A peft adapter directory: adapter_config.json (naming the base) + the (name, tensor) pairs. A base
+    that is a local directory is named by its absolute path (get_peft_model records the path the base was
+    loaded by, relative to this process's cwd: from anywhere else it names nothing, or another model)."""
+    import json
+    from safetensors.torch import save_file
+    os.makedirs(d, exist_ok=True)
+    config.save_pretrained(d)
+    base = config.base_model_name_or_path
+    if base and not os.path.isabs(base) and os.path.isdir(base):
+        path = os.path.join(d, "adapter_config.json")
+        with open(path) as f:
+            written = json.load(f)
+        with open(path, "w") as f:
+            json.dump({**written, "base_model_name_or_path": os.path.abspath(base)}, f, indent=2)
+    save_file({k: v.contiguous().cpu() for k, v in weights}, os.path.join(d, ADAPTER_FILE))
+
+
+def read_adapter(d):
+    """The tensors of a peft adapter directory, by name as in its file."""
+    from safetensors.torch import load_file
+    path = os.path.join(d, ADAPTER_FILE)
+    if not os.path.isfile(path):
+        raise OSError(f"{d} holds no {ADAPTER_FILE} (not a LoRA checkpoint?)")
+    return load_file(path)
+
+
 def save_checkpoint(out_dir, step, policies, tok, state, keep=2, rank=0, world=1, log=print):
     """Rank 0 writes each policy as a Hugging Face directory, or with LoRA a peft adapter directory (under
     FSDP its full weights gathered one tensor at a time, every rank taking part); every rank writes its trainer state: the optimisers and
@@ -214,7 +244,6 @@ def save_checkpoint(out_dir, step, policies, tok, state, keep=2, rank=0, world=1
             if policy.adapter:  # a peft adapter directory (its config names the base model)
                 full = [(k, v.cpu()) for k, v in policy.engine_weights()]  # under FSDP a collective, as below
                 if rank == 0:
-                    from policies import save_adapter  # (policies imports this module: import here)
                     save_adapter(d, policy.lora_config, full)
             elif policy.sharded:
                 full = {}

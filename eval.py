@@ -116,7 +116,7 @@ def run_eval(args):
 def run_eval_adapters(args, roles, dirs, t0):
     """LoRA adapters: one engine holds their base and every adapter; roles given the base use none."""
     from peft import LoraConfig
-    from policies import read_adapter
+    from common import read_adapter
     adapters = sorted({d for d in dirs.values() if is_adapter(d)})
     base = adapter_base(adapters, args.base)
     for r, d in dirs.items():

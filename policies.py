@@ -43,7 +43,7 @@ from types import SimpleNamespace
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from common import all_reduce_
+from common import all_reduce_, read_adapter
 
 
 def route(role, mode):
@@ -108,36 +108,6 @@ def train_adapters_only(pm):
     (an inactive adapter gets no gradient: it takes no part in the forward)."""
     for n, p in pm.named_parameters():
         p.requires_grad_(".lora_" in n)
-
-
-ADAPTER_FILE = "adapter_model.safetensors"  # peft's file name: peft, transformers and vLLM read it
-
-
-def save_adapter(d, config, weights):
-    """A peft adapter directory: adapter_config.json (naming the base) + the (name, tensor) pairs. A base
-    that is a local directory is named by its absolute path (get_peft_model records the path the base was
-    loaded by, relative to this process's cwd: from anywhere else it names nothing, or another model)."""
-    import json
-    from safetensors.torch import save_file
-    os.makedirs(d, exist_ok=True)
-    config.save_pretrained(d)
-    base = config.base_model_name_or_path
-    if base and not os.path.isabs(base) and os.path.isdir(base):
-        path = os.path.join(d, "adapter_config.json")
-        with open(path) as f:
-            written = json.load(f)
-        with open(path, "w") as f:
-            json.dump({**written, "base_model_name_or_path": os.path.abspath(base)}, f, indent=2)
-    save_file({k: v.contiguous().cpu() for k, v in weights}, os.path.join(d, ADAPTER_FILE))
-
-
-def read_adapter(d):
-    """The tensors of a peft adapter directory, by name as in its file."""
-    from safetensors.torch import load_file
-    path = os.path.join(d, ADAPTER_FILE)
-    if not os.path.isfile(path):
-        raise OSError(f"{d} holds no {ADAPTER_FILE} (not a LoRA checkpoint?)")
-    return load_file(path)
 
 
 def load_adapter_weights(pm, name, adapter_dir):

@@ -105,7 +105,7 @@ class VLLMEngine:
     def load_adapter(self, name, weights, config):
         """Replace policy `name`'s adapter: (name, tensor) pairs in peft's file format + its LoraConfig."""
         from vllm.lora.request import LoRARequest
-        from policies import save_adapter  # the one writer of the peft format (checkpoints use it too)
+        from common import save_adapter  # the one writer of the peft format (checkpoints use it too)
         d = os.path.join(self._lora_dir, str(self._next_id))  # (name may be a path: eval.py names adapters so)
         save_adapter(d, config, weights)
         req = LoRARequest(name, self._next_id, d)

@@ -75,8 +75,9 @@ class Reward(float):
 
 # the option of the tasks that read data.py's datasets (math, code)
 DATA_OPTION = {"data": dict(help="math/code data: default = the paper's hub sets; 'offline' (shipped), "
-                                 "'arith' (math: procedural word problems), 'humaneval' (code), or a local "
-                                 "JSONL/Parquet file")}
+                                 "'arith' (math: procedural word problems), 'humaneval' (code), a local "
+                                 "JSONL/Parquet file (one set: its val/test are its training problems, with a "
+                                 "warning), or split:FILE (split by content hash, 80/10/10)")}
 
 
 class Task:

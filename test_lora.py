@@ -13,6 +13,7 @@ import random
 import pytest
 import torch
 
+import common
 import test_policies as TP
 from test_train import BASE, metrics, run
 
@@ -85,7 +86,7 @@ def test_adapter_dir_is_standard_peft_and_merges(tiny_dir, tmp_path):
         for p in pols["planner"].params:
             p.add_(0.2 * torch.randn_like(p))
     d = str(tmp_path / "planner")
-    P.save_adapter(d, pols["planner"].lora_config, pols["planner"].engine_weights())
+    common.save_adapter(d, pols["planner"].lora_config, pols["planner"].engine_weights())
     ss = TP.make_samples(5)
     pols["planner"].use()
     with torch.no_grad():
