@@ -10,7 +10,8 @@ and K responses go in ONE row whose attention mask lets each response see the pr
 into one row under a block mask, so masked blocks cost nothing; with sdpa (CPU, or --attention sdpa)
 each group is a row with a dense [L, L] mask. Under flash-attention a micro-batch is one padding-free
 packed row of whole sequences instead. lm_head runs in chunks of tokens (token_logprobs): the
-[tokens, vocab] logits never exist at once. Logits are divided by the sampling temperature, as the sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
+[tokens, vocab] logits never exist at once. Logits are divided by the sampling temperature, as the
+sampler did. Every micro-batch is one forward of every layer, which is what FSDP's
 per-layer hooks and gradient checkpointing need. Each sample's logits are divided by ITS sampling
 temperature (`sample.temperature`: per-role sampling may mix several in one policy), else by the
 `temperature` passed in.
@@ -351,7 +352,10 @@ def shared_prompt_logprobs(model, samples, temperature, device, chunk=LOGP_CHUNK
         ids, pos, seg, doc, rows = [], [], [], [], []
         for g, (i_, p_, s_, st, idx) in enumerate(built):
             rows.append((0, [len(ids) + t for t in st], idx))
-            ids, pos, seg, doc = ids + i_, pos + p_, seg + s_, doc + [g] * len(i_)
+            ids += i_
+            pos += p_
+            seg += s_
+            doc += [g] * len(i_)
         built_rows = [(ids, pos, seg)]
         B, L = 1, _bucket(len(ids))
     else:
