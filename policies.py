@@ -36,7 +36,6 @@ ranks run zero-weight dummies): a rank with no samples for a policy still takes 
     python -m pytest -q test_policies.py
 """
 import math
-import os
 import re
 import warnings
 from types import SimpleNamespace

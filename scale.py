@@ -25,7 +25,6 @@ one micro-batch + one lm_head chunk's logits + the engine's share. The activatio
 layer, from the tensors a Qwen3 decoder layer keeps for backward (listed in `act_bytes`).
 """
 import json
-import math
 import os
 import resource
 import subprocess

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import torch
 
 import scale
