@@ -113,9 +113,9 @@ def update_flops(cfg, groups, lora=False):
 
 def act_bytes(cfg, b=2):
     """Bytes one token keeps for backward in one decoder layer, compute dtype of b bytes: each RMSNorm
-    an fp32 copy and its output (6H), q/k norms likewise (6q + 6kv), q and k after RoPE, v, the attention
-    output and o_proj's input (8q... counted below), the attention's log-sum-exp (fp32 per head), the MLP's
-    gate, its activation, up and their product (4I each at b bytes)."""
+    an fp32 copy and its output (two of H, the q/k norms over q and kv), q, k and v after RoPE, the
+    attention output and o_proj's input, the attention's log-sum-exp (fp32 per head), and the MLP's gate,
+    its activation, up and their product (4 of I)."""
     H, I, q, kv = dims(cfg)
     fp32 = 4
     norms = 2 * H * (fp32 + b) + (q + kv) * (fp32 + b)
