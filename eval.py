@@ -14,8 +14,10 @@ base (adapter_config.json names it; --base overrides) with every adapter loaded 
 the base model itself samples without one.
     python eval.py --preset cpu-demo --model runs/lora/ckpt-000200                  # adapters of a LoRA run
     python eval.py --merge runs/lora/ckpt-000200/planner --out planner-merged       # adapter -> full HF model
-Reports team success (pass@1 for one sample; avg@S and pass@S for S samples per problem), per-role mean
-reward, mean turns, tokens generated and wall time; --json writes them with every setting used.
+Reports team success (pass@1 for one sample; avg@S and pass@S for S samples per problem) with its
+standard error over the problems, per-role mean reward, mean turns, tokens generated and wall time;
+--json writes them with every setting used and each problem's success (`per_problem`: the mean of its
+samples, in test-problem order; table.py's paired intervals resample these).
 """
 import json
 import os
@@ -182,7 +184,8 @@ def main(argv=None):
     args.n = min(args.n, problem_count(args, args.split) or args.n)  # a dataset holds only so many problems
     res = run_eval(args)
     print(f"{args.task} ({args.workflow}, {args.split}, n={args.n}, samples={args.samples}, T={args.temperature})")
-    for k in ["success", f"pass@{args.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
+    print(f"  {'success':16s} {res['success']:.4f} +- {res['success_se']:.4f} (standard error over {args.n} problems)")
+    for k in [f"pass@{args.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
         v = res[k]
         print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")
     if args.json:

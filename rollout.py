@@ -437,8 +437,9 @@ def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, ma
     """Team success of the workflow on problems make_env(0..n-1), `samples` episodes each (greedy when
     temperature is 0). With a `seed`, sampling is reproducible and leaves the global generators as they
     were (see seeded); `workers`: threads stepping the envs (linear_rollout). Returns dict(success (pass@1,
-    or avg@S), pass@S, reward/<role>, turns, tokens, examples: the first raw responses of each role, cut
-    ones too)."""
+    or avg@S) and success_se (its standard error over the n problems), per_problem (each problem's
+    success, the mean of its samples), pass@S, reward/<role>, turns, tokens, examples: the first raw
+    responses of each role, cut ones too)."""
     envs = [make_env(i) for i in range(n) for _ in range(samples)]
     if not envs:
         return {"success": 0.0, "episodes": 0}
@@ -446,7 +447,9 @@ def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, ma
         ss, envs = linear_rollout(envs, sampler, temperature, max_tokens, max_prompt_tokens=max_prompt_tokens,
                                   workers=workers)
     ok = [float(e.success) for e in envs]
-    out = {"success": sum(ok) / len(envs), "episodes": len(envs),
+    per = [sum(ok[i * samples:(i + 1) * samples]) / samples for i in range(n)]  # the unit paired intervals resample
+    se = (sum((x - sum(per) / n) ** 2 for x in per) / (n - 1) / n) ** 0.5 if n > 1 else 0.0
+    out = {"success": sum(ok) / len(envs), "success_se": se, "per_problem": per, "episodes": len(envs),
            f"pass@{samples}": sum(max(ok[i * samples:(i + 1) * samples]) for i in range(n)) / n,
            "turns": sum(e.turn for e in envs) / len(envs), "tokens": sum(len(s.response_ids) for s in ss)}
     for role in envs[0].roles:

@@ -1,6 +1,7 @@
 """python -m pytest -q test_eval.py"""
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -62,6 +63,11 @@ def test_same_numbers_twice_and_json_fields(ckpt, tmp_path):
         assert outs[0][k] == outs[1][k], k
     assert outs[0]["models"]["planner"].endswith("planner") and outs[0]["models"]["tool"].endswith("tool")
     assert outs[0]["settings"]["seed"] == 3
+    # per-problem outcomes (what table.py's paired intervals resample) and the standard error they give
+    per, n = outs[0]["per_problem"], outs[0]["settings"]["n"]
+    assert len(per) == n and all(x in (0.0, 0.5, 1.0) for x in per)  # 2 samples per problem
+    assert abs(sum(per) / n - outs[0]["success"]) < 1e-12
+    assert abs(statistics.stdev(per) / n ** 0.5 - outs[0]["success_se"]) < 1e-12
 
 
 @pytest.mark.slow
