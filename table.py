@@ -1,29 +1,40 @@
-"""The paper's table in miniature: every regime trained and measured the same way, on a CPU demo.
+"""The paper's table in miniature: every regime trained and measured the same way, on a CPU demo, over
+several seeds, with every claim of the paper as a paired difference, its 95% interval and a verdict.
 
-    python table.py                    # ~13 min on 2 CPU cores; prints a markdown table, writes runs/table/table.json
-    python table.py --preset cpu-demo-math   # ~12 min: the math workflow (tool writes code, reasoner answers)
-    python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look
+    python table.py --seeds 3                # ~13 min per seed on 2 CPU cores; a markdown table; runs/table/table.json
+    python table.py --preset cpu-demo-math --seeds 3   # ~12 min per seed: the math workflow (tool writes code, reasoner answers)
+    python table.py --rows shared,per-role --seeds 5   # one comparison (per-role vs shared) over 5 seeds
+    python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look (one seed)
+    python -m pytest -q test_table.py test_stats.py
 
-Rows (the paper's five, then two ablations), all from the same warm-started tiny model, the same
-seed, the same step budget and problems/step, measured by eval.py on the same held-out test problems
-(team success by eval.py's protocol for the task: greedy, or avg@5 at T=0.6 for math):
-    single agent                 the deciding role alone (--workflow single), untrained
-    single agent + GRPO          the deciding role alone, plain GRPO (--sampling parallel: K episodes per
-                                 problem, groups per problem), same step budget
-    MAS, untrained               tool agent + planner, untrained
-    MAS + AT-GRPO shared         tree sampling, one policy for both roles
-    MAS + AT-GRPO per-role       tree sampling, one policy per role
-    ablation: parallel sampling  per-role, but K independent episodes instead of tree sampling
-    ablation: roles swapped      the per-role run's first role's model serves the second and vice versa
+Rows (--rows KEY,KEY; the paper's five, then two ablations), all from the same warm-started tiny model,
+the same step budget and problems/step, measured by eval.py on the same held-out test problems (team
+success by eval.py's protocol for the task: greedy, or avg@5 at T=0.6 for math):
+    single        single agent: the deciding role alone (--workflow single), untrained
+    single+grpo   single agent + GRPO: the deciding role alone, plain GRPO (--sampling parallel: K
+                  episodes per problem, groups per problem), same step budget
+    mas           MAS, untrained: tool agent + planner, untrained
+    shared        MAS + AT-GRPO shared: tree sampling, one policy for both roles
+    per-role      MAS + AT-GRPO per-role: tree sampling, one policy per role
+    parallel      ablation: per-role, but K independent episodes instead of tree sampling
+    swapped       ablation: the per-role run's first role's model serves the second and vice versa
 and, first, the floor: the success of uniformly random answers (envs.random_floor) on the same problems.
+Seeds --seed .. --seed+N-1: seed S trains and evaluates every row with --seed S, in OUT/seed-S. A row's
+number is its mean over seeds and test problems with a 95% interval; a claim (CLAIMS) is the paired
+difference A - B of two rows (same seeds, same problems) with its interval and a verdict: better, worse,
+or no difference at this budget (the interval holds 0). Intervals: stats.py's two-stage bootstrap over
+seeds and problems, from each eval's per-problem outcomes.
 Each training is a `train.py --preset P` process and each evaluation an `eval.py --preset P` process,
 exactly as a user runs them (the preset, cpu-demo or cpu-demo-math, is the one source of the settings).
 Finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted table resumes
-where it stopped; a directory holding a table made with other settings is refused, never mixed in, and
-an eval JSON whose recorded settings are not the ones its row would run with now (or a torn one) is
-made again (the stale file kept aside as .stale-TIME).
-The step budget (60) is what fits the 30-minute bar: the parallel-sampling ablation costs ~2.5x a
-tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
+where it stopped, and more seeds or rows extend a table; a seed directory holding pieces made with other
+settings is refused, never mixed in, and an eval JSON whose recorded settings are not the ones its row
+would run with now (or a torn one, or one without per-problem outcomes) is made again (the stale file
+kept aside as .stale-TIME). A piece that fails stops its seed, not the table: the other seeds go on, the
+table exits 1 naming the failed seeds, and the same command resumes them (a training from its last
+checkpoint); intervals are never printed with a seed missing.
+The step budget (60) is what fits the 30-minute bar for one seed: the parallel-sampling ablation costs
+~2.5x a tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
 """
 import argparse
 import json
@@ -34,20 +45,34 @@ import time
 
 import envs
 import rollout
+import stats
 from common import PRESETS, Parser, die, latest_checkpoint, make_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# (row, training flags or None for untrained, eval flags)
+# (key, row, training flags; or None: untrained; or the key of the trained row whose models are swapped, eval flags)
 ROWS = [
-    ("single agent", None, ["--workflow", "single"]),
-    ("single agent + GRPO", ["--workflow", "single", "--policies", "shared", "--sampling", "parallel"],
+    ("single", "single agent", None, ["--workflow", "single"]),
+    ("single+grpo", "single agent + GRPO", ["--workflow", "single", "--policies", "shared", "--sampling", "parallel"],
      ["--workflow", "single"]),
-    ("MAS, untrained", None, []),
-    ("MAS + AT-GRPO shared", ["--policies", "shared"], []),
-    ("MAS + AT-GRPO per-role", ["--policies", "per-role"], []),
-    ("ablation: parallel sampling (per-role)", ["--policies", "per-role", "--sampling", "parallel"], []),
-    ("ablation: per-role models swapped", "MAS + AT-GRPO per-role", "swap"),
+    ("mas", "MAS, untrained", None, []),
+    ("shared", "MAS + AT-GRPO shared", ["--policies", "shared"], []),
+    ("per-role", "MAS + AT-GRPO per-role", ["--policies", "per-role"], []),
+    ("parallel", "ablation: parallel sampling (per-role)", ["--policies", "per-role", "--sampling", "parallel"], []),
+    ("swapped", "ablation: per-role models swapped", "per-role", []),
 ]
+NAME = {key: name for key, name, _, _ in ROWS}
+# the paper's claims, each the paired difference A - B: (claim, A, B)
+CLAIMS = [
+    ("MAS + AT-GRPO per-role vs single agent + GRPO", "per-role", "single+grpo"),
+    ("MAS + AT-GRPO shared vs single agent + GRPO", "shared", "single+grpo"),
+    ("per-role vs shared policies", "per-role", "shared"),
+    ("tree vs parallel sampling (per-role)", "per-role", "parallel"),
+    ("per-role models swapped vs in place", "swapped", "per-role"),
+]
+
+
+class Failed(Exception):
+    """A training or evaluation process exited non-zero: its seed stops here, the others go on."""
 
 
 def sh(cmd, log):
@@ -55,7 +80,7 @@ def sh(cmd, log):
     with open(log, "a") as f:
         p = subprocess.run(cmd, cwd=HERE, stdout=f, stderr=subprocess.STDOUT)
     if p.returncode != 0:
-        sys.exit(f"table.py: failed ({p.returncode}); see {log}")
+        raise Failed(f"{cmd[1]} exited {p.returncode}; see {log}")
 
 
 def slug(name):
@@ -83,10 +108,14 @@ def eval_is_current(path, preset, settings, seed, n, flags):
     """Whether the eval JSON at `path` recorded the settings `eval.py --preset P --seed S --n N --split
     test FLAGS` runs with: the flags this table passes (model, roles' models, workflow), the task's
     evaluation protocol (samples, temperature) and the preset's settings that eval.py has (its
-    `temperature` aside: the preset's is training's). A missing, torn or foreign file is not current."""
+    `temperature` aside: the preset's is training's). A missing, torn or foreign file is not current,
+    nor one without n per-problem outcomes."""
     try:
         with open(path) as f:
-            have = json.load(f)["settings"]
+            r = json.load(f)
+        have = r["settings"]
+        if len(r["per_problem"]) != n:
+            return False
     except (OSError, ValueError, KeyError, TypeError):
         return False
     want = {k: v for k, v in settings.items() if k in have and k not in ("model", "temperature")}
@@ -107,71 +136,133 @@ def eval_is_current(path, preset, settings, seed, n, flags):
     return all(k in have and have[k] == v for k, v in want.items())
 
 
-def main(argv=None):
-    ap = Parser(description="The paper's table in miniature (CPU demo). See the docstring.")
-    ap.add_argument("--preset", default="cpu-demo", choices=("cpu-demo", "cpu-demo-math"),
-                    help="the demo whose settings every row uses (plan_path, or the math workflow)")
-    ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
-    ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
-    ap.add_argument("--seed", type=int, default=0, help="seed of every run")
-    ap.add_argument("--out_dir", default=None, help="runs, eval JSONs, logs and table.json go here "
-                                                  "(default runs/table, runs/table-math for cpu-demo-math)")
-    ap.add_argument("--tiny_dir", default=None, help="the warm-started demo model (built if absent; default: "
-                                                    "the preset's, tiny-model or tiny-model-math)")
-    a = ap.parse_args(argv)
-    if a.steps <= 0 or a.eval_n <= 0:
-        die("--steps and --eval_n must be positive")
-    preset, settings = a.preset, PRESETS[a.preset]
-    a.out_dir = a.out_dir or ("runs/table" if preset == "cpu-demo" else "runs/table-math")
-    a.tiny_dir = a.tiny_dir or settings.get("tiny_dir", "tiny-model")
-    demo = argparse.Namespace(**settings)  # the preset's task options, picked by the task class as train.py does
-    first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
-    check_settings(a, settings)
-    log, t0 = os.path.join(a.out_dir, "log.txt"), time.time()
-    py = sys.executable
-    common = ["--preset", preset, "--seed", str(a.seed)]
+def one_seed(a, seed, keys, settings, roles):
+    """Train (unless its final checkpoint exists) and evaluate (unless its JSON is current) the rows `keys`
+    with one seed, in OUT/seed-S; each piece its own process. Returns {key: eval.py's JSON}, the floor
+    under "floor". Raises Failed when a piece fails (its seed stops; finished pieces stay)."""
+    s = argparse.Namespace(**{**vars(a), "seed": seed, "out_dir": os.path.join(a.out_dir, f"seed-{seed}")})
+    check_settings(s, settings)
+    log, py, preset = os.path.join(s.out_dir, "log.txt"), sys.executable, a.preset
+    common = ["--preset", preset, "--seed", str(seed)]
     train_flags = ["--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1", "--eval_n", "0"]
-    for name, tflags, _ in ROWS:  # train every row (unless its final checkpoint exists), one process each
-        run_dir = os.path.join(a.out_dir, slug(name))
-        if isinstance(tflags, list) and not os.path.isdir(os.path.join(run_dir, f"ckpt-{a.steps:06d}")):
+    rows = [r for r in ROWS if r[0] in keys]
+    for key, name, tflags, _ in ROWS:  # train (a swapped row's source too), one process each
+        run_dir = os.path.join(s.out_dir, slug(name))
+        needed = key in keys or any(t == key for _, _, t, _ in rows)
+        if needed and isinstance(tflags, list) and not os.path.isdir(os.path.join(run_dir, f"ckpt-{a.steps:06d}")):
             if os.path.isdir(run_dir) and latest_checkpoint(run_dir) is None:
                 os.rename(run_dir, f"{run_dir}.partial-{int(time.time())}")  # cut before any checkpoint: kept aside
             resume = ["--resume"] if os.path.isdir(run_dir) else []
             # the first run builds a missing demo model (train.py --model tiny); the others start from it
             model = ["--model", a.tiny_dir] if os.path.isdir(a.tiny_dir) else ["--model", "tiny", "--tiny_dir", a.tiny_dir]
             sh([py, "train.py", *common, *train_flags, *model, *tflags, "--out_dir", run_dir, *resume], log)
-    rows = []
-    for name, tflags, eflags in ROWS:  # evaluate every row (unless its JSON exists), one process each
-        ck = os.path.join(a.out_dir, slug(tflags if isinstance(tflags, str) else name), f"ckpt-{a.steps:06d}")
+    out = {}
+    first, second = roles  # the two roles the swap ablation exchanges
+    for key, name, tflags, eflags in rows:  # evaluate, one process each
+        ck = os.path.join(s.out_dir, slug(NAME[tflags] if isinstance(tflags, str) else name), f"ckpt-{a.steps:06d}")
         if isinstance(tflags, list):
             model = ["--model", ck]
         elif isinstance(tflags, str):  # swap the roles of a trained per-role run
             model, eflags = ["--model", ck, "--role_model", f"{first}={ck}/{second}", "--role_model", f"{second}={ck}/{first}"], []
         else:
             model = ["--model", a.tiny_dir]
-        out = os.path.join(a.out_dir, f"eval-{slug(name)}.json")
-        if os.path.exists(out) and not eval_is_current(out, preset, settings, a.seed, a.eval_n, model + eflags):
-            print(f"{out}: made with other settings (or unreadable): evaluating again", flush=True)
-            os.rename(out, f"{out}.stale-{int(time.time())}")
-        if not os.path.exists(out):
-            sh([py, "eval.py", *common, *model, *eflags, "--n", str(a.eval_n), "--split", "test", "--json", out], log)
-        r = json.load(open(out))
-        rows.append({"row": name, "success": r["success"], "turns": r["turns"],
-                     **{k: v for k, v in r.items() if k.startswith("reward/")}})
-        print(f"{name:40s} {100 * r['success']:5.1f}%", flush=True)
+        path = os.path.join(s.out_dir, f"eval-{slug(name)}.json")
+        if os.path.exists(path) and not eval_is_current(path, preset, settings, seed, a.eval_n, model + eflags):
+            print(f"{path}: made with other settings (or unreadable): evaluating again", flush=True)
+            os.rename(path, f"{path}.stale-{int(time.time())}")
+        if not os.path.exists(path):
+            sh([py, "eval.py", *common, *model, *eflags, "--n", str(a.eval_n), "--split", "test", "--json", path], log)
+        out[key] = json.load(open(path))
+        print(f"seed {seed}  {name:40s} {100 * out[key]['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
-    floor = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=a.seed)
-    rows.insert(0, {"row": "uniformly random answers (floor)", **floor})
-    print(f"{rows[0]['row']:40s} {100 * floor['success']:5.1f}%", flush=True)
-    res = {"rows": rows, "steps": a.steps, "eval_n": a.eval_n, "seed": a.seed, "wall_s": round(time.time() - t0, 1),
-           "settings": {**settings, "steps": a.steps}}
+    demo = argparse.Namespace(**settings)
+    out["floor"] = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
+    return out
+
+
+def summarize(keys, per_seed):
+    """Rows (mean over seeds and problems, 95% interval, each seed's success) and claims (paired A - B,
+    interval, verdict) from {seed: one_seed's result}."""
+    seeds = sorted(per_seed)
+    mean = lambda xs: sum(xs) / len(xs)
+    floor = [per_seed[s]["floor"] for s in seeds]
+    rows = [{"row": "uniformly random answers (floor)", "key": "floor", "success": mean([f["success"] for f in floor]),
+             "turns": mean([f["turns"] for f in floor]), "per_seed": [f["success"] for f in floor]}]
+    matrix = {k: [per_seed[s][k]["per_problem"] for s in seeds] for k in keys}
+    for key in keys:
+        m, lo, hi = stats.bootstrap(matrix[key])
+        rs = [per_seed[s][key] for s in seeds]
+        rows.append({"row": NAME[key], "key": key, "success": m, "low": lo, "high": hi,
+                     "per_seed": [r["success"] for r in rs], "turns": mean([r["turns"] for r in rs]),
+                     **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith("reward/")}})
+    claims = []
+    for claim, x, y in CLAIMS:
+        if x in keys and y in keys:
+            d, lo, hi = stats.paired(matrix[x], matrix[y])
+            claims.append({"claim": claim, "a": x, "b": y, "diff": d, "low": lo, "high": hi, "verdict": stats.verdict(lo, hi)})
+    return rows, claims
+
+
+def markdown(rows, claims):
+    pct = lambda x: f"{100 * x:.1f}"
+    lines = ["| method | success, 95% interval | each seed | turns |", "|---|---|---|---|"]
+    for r in rows:
+        ci = f" [{pct(r['low'])}, {pct(r['high'])}]" if "low" in r else ""
+        lines.append(f"| {r['row']} | {pct(r['success'])}%{ci} | {' / '.join(map(pct, r['per_seed']))} | {r['turns']:.2f} |")
+    if claims:
+        lines += ["", "| claim (A vs B) | A - B, points | 95% interval | verdict |", "|---|---|---|---|"]
+        for c in claims:
+            lines.append(f"| {c['claim']} | {100 * c['diff']:+.1f} | [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}] | {c['verdict']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = Parser(description="The paper's table in miniature (CPU demo), over seeds. See the docstring.")
+    ap.add_argument("--preset", default="cpu-demo", choices=("cpu-demo", "cpu-demo-math"),
+                    help="the demo whose settings every row uses (plan_path, or the math workflow)")
+    ap.add_argument("--rows", default=",".join(NAME), help=f"comma-separated row keys, of {', '.join(NAME)} (default: all)")
+    ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
+    ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
+    ap.add_argument("--seed", type=int, default=0, help="the first seed")
+    ap.add_argument("--seeds", type=int, default=1, help="how many seeds (--seed, --seed+1, ...): every row once per seed")
+    ap.add_argument("--out_dir", default=None, help="OUT/seed-S/ holds each seed's runs, eval JSONs and log; OUT/table.json "
+                                                  "the table (default runs/table, runs/table-math for cpu-demo-math)")
+    ap.add_argument("--tiny_dir", default=None, help="the warm-started demo model (built if absent; default: "
+                                                    "the preset's, tiny-model or tiny-model-math)")
+    a = ap.parse_args(argv)
+    if a.steps <= 0 or a.eval_n <= 0 or a.seeds <= 0:
+        die("--steps, --eval_n and --seeds must be positive")
+    if unknown := [k for k in a.rows.split(",") if k not in NAME]:
+        die(f"--rows: unknown row {', '.join(unknown)}; the rows are {', '.join(NAME)}")
+    keys = [k for k in NAME if k in a.rows.split(",")]  # in the table's order
+    preset, settings = a.preset, PRESETS[a.preset]
+    a.out_dir = a.out_dir or ("runs/table" if preset == "cpu-demo" else "runs/table-math")
+    a.tiny_dir = a.tiny_dir or settings.get("tiny_dir", "tiny-model")
+    roles = make_env(argparse.Namespace(**settings), "test", 0).roles
+    t0, per_seed, failed = time.time(), {}, []
+    for i, seed in enumerate(range(a.seed, a.seed + a.seeds)):
+        print(f"== seed {seed} ({i + 1} of {a.seeds})", flush=True)
+        try:
+            per_seed[seed] = one_seed(a, seed, keys, settings, roles)
+        except Failed as e:  # the other seeds go on; this one resumes on the next call
+            print(f"seed {seed} failed: {e}", flush=True)
+            failed.append(seed)
+    if failed:
+        sys.exit(f"table.py: seed(s) {', '.join(map(str, failed))} failed (see {a.out_dir}/seed-S/log.txt); run the "
+                 "same command again to resume them (a training goes on from its last checkpoint); no table without them")
+    rows, claims = summarize(keys, per_seed)
+    res = {"rows": rows, "claims": claims, "seeds": sorted(per_seed), "steps": a.steps, "eval_n": a.eval_n,
+           "interval": "95%, two-stage percentile bootstrap over seeds and problems (stats.py)",
+           "wall_s": round(time.time() - t0, 1), "settings": {**settings, "steps": a.steps}}
     with open(os.path.join(a.out_dir, "table.json"), "w") as f:
         json.dump(res, f, indent=1)
-    print(f"\n{preset} ({settings['task']}), {a.steps} steps, seed {a.seed}, {a.eval_n} test problems, "
-          f"eval.py's protocol; wall {res['wall_s']:.0f} s\n")
-    print("| method | success | turns |\n|---|---|---|")
-    for r in rows:
-        print(f"| {r['row']} | {100 * r['success']:.1f}% | {r['turns']:.2f} |")
+    print(f"\n{preset} ({settings['task']}), {a.steps} steps, seeds {a.seed}..{a.seed + a.seeds - 1}, {a.eval_n} test "
+          f"problems, eval.py's protocol; {res['interval']}; wall {res['wall_s']:.0f} s\n")
+    print(markdown(rows, claims))
+    trained = [(k, n) for k, n, t, _ in ROWS if k in keys and isinstance(t, list)]
+    if trained:
+        print("\ncurves, mean and band over seeds:\n    python plot.py " + " ".join(
+            f'"{k}={a.out_dir}/seed-*/{slug(n)}"' for k, n in trained) + f" --out {a.out_dir}/curves.png")
     return res
 
 

@@ -1,5 +1,6 @@
-"""table.py: the whole table end to end (one step per row) and its resume; since finished pieces are
-reused by name, a directory made with other settings is refused.
+"""table.py: the whole table end to end (one step per row, two seeds) and its resume; the rows' and
+claims' numbers from known per-problem outcomes; a failed seed resumed, not dropped; since finished
+pieces are reused by name, a directory made with other settings is refused.
 
     python -m pytest -q test_table.py
 """
@@ -11,6 +12,8 @@ import pytest
 
 import table
 
+KEYS = [k for k, _, _, _ in table.ROWS]
+
 
 def args(d, **kw):
     return SimpleNamespace(**{"steps": 60, "eval_n": 200, "seed": 0, "tiny_dir": "tiny-model", "out_dir": str(d), **kw})
@@ -19,19 +22,20 @@ def args(d, **kw):
 def test_same_settings_resume_other_settings_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(table, "sh", lambda *a: pytest.fail("trained although the settings differ"))
     d = tmp_path / "t"
-    table.check_settings(args(d), table.PRESETS["cpu-demo"])                      # a fresh table writes its settings
-    (d / "eval-x.json").write_text("{}")               # a finished piece
-    table.check_settings(args(d), table.PRESETS["cpu-demo"])                      # the same settings: resumes
-    before = (d / "table-settings.json").read_text()
+    s0 = d / "seed-0"
+    table.check_settings(args(s0), table.PRESETS["cpu-demo"])                      # a fresh seed writes its settings
+    (s0 / "eval-x.json").write_text("{}")               # a finished piece
+    table.check_settings(args(s0), table.PRESETS["cpu-demo"])                      # the same settings: resumes
+    before = (s0 / "table-settings.json").read_text()
     with pytest.raises(SystemExit) as e:
         table.main(["--out_dir", str(d), "--steps", "7"])  # another step budget: refused before any work
     assert e.value.code == 2
     assert "steps: 60" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        table.check_settings(args(d, eval_n=50), table.PRESETS["cpu-demo"])
+        table.check_settings(args(s0, eval_n=50), table.PRESETS["cpu-demo"])
     assert "eval_n: 200" in capsys.readouterr().err
-    assert (d / "table-settings.json").read_text() == before and json.loads(before)["steps"] == 60
-    assert sorted(os.listdir(d)) == ["eval-x.json", "table-settings.json"]
+    assert (s0 / "table-settings.json").read_text() == before and json.loads(before)["steps"] == 60
+    assert sorted(os.listdir(s0)) == ["eval-x.json", "table-settings.json"]
 
 
 def test_foreign_nonempty_dir_refused(tmp_path):
@@ -41,29 +45,114 @@ def test_foreign_nonempty_dir_refused(tmp_path):
     assert not (tmp_path / "table-settings.json").exists()
 
 
-def fake_pieces(monkeypatch, calls):
-    """table.sh with no real work: a training run leaves its final checkpoint directory, an evaluation is
-    eval.py's own main (its command line parsed, its JSON written with every setting) minus the rollouts."""
+def test_bad_rows_and_seeds_refused(capsys):
+    for argv, msg in ((["--rows", "shared,tree"], "unknown row tree"), (["--seeds", "0"], "must be positive")):
+        with pytest.raises(SystemExit) as e:
+            table.main(argv)
+        assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
+# known outcomes: row -> how many of the first problems it solves (of eval_n), whatever the seed, plus
+# one more problem in seed 1 for per-role: the rows' means and the claims' differences are then exact
+SOLVED = {"single": 2, "single+grpo": 6, "mas": 1, "shared": 4, "per-role": 8, "parallel": 8, "swapped": 8}
+
+
+def row_of(a):
+    """Which row an eval.py command line evaluates: from its model path, workflow and roles' models."""
+    if a.role_model:
+        return "swapped"
+    for key, name, t, _ in table.ROWS:
+        if isinstance(t, list) and f"/{table.slug(name)}/" in a.model:
+            return key
+    return "single" if a.workflow == "single" else "mas"
+
+
+def fake_pieces(monkeypatch, calls, fail=()):
+    """table.sh with no real work: a training run leaves its checkpoints, an evaluation is eval.py's own
+    main (its command line parsed, its JSON written with every setting) minus the rollouts, with the known
+    outcomes of SOLVED. A training listed in `fail` (seed, key) crashes once, after its first checkpoint."""
     import importlib
     ev = importlib.import_module("eval")
-    monkeypatch.setattr(ev, "run_eval", lambda a: {"success": 0.5, "pass@1": 0.5, "turns": 1.0, "tokens": 3,
-                                                   "wall_s": 0.0, "models": {},
-                                                   "settings": {k: v for k, v in vars(a).items() if k != "plot"}})
+
+    def run_eval(a):
+        k = min(a.n, SOLVED[row_of(a)] + (a.seed == 1 and row_of(a) == "per-role"))
+        per = [1.0] * k + [0.0] * (a.n - k)
+        return {"success": k / a.n, "success_se": 0.0, "per_problem": per, "pass@1": k / a.n, "turns": 1.0,
+                "tokens": 3, "wall_s": 0.0, "models": {}, "settings": {k: v for k, v in vars(a).items() if k != "plot"}}
+    monkeypatch.setattr(ev, "run_eval", run_eval)
+    failing = set(fail)
 
     def sh(cmd, log):
         calls.append(cmd)
         if "train.py" in cmd:
-            os.makedirs(os.path.join(cmd[cmd.index("--out_dir") + 1], "ckpt-000001"))
+            out, steps = cmd[cmd.index("--out_dir") + 1], int(cmd[cmd.index("--steps") + 1])
+            seed, key = int(cmd[cmd.index("--seed") + 1]), next(k for k, n, _, _ in table.ROWS if out.endswith(table.slug(n)))
+            os.makedirs(os.path.join(out, "ckpt-000001"), exist_ok=True)
+            open(os.path.join(out, "ckpt-000001", "trainer.pt"), "w").close()
+            open(os.path.join(out, "latest"), "w").write("ckpt-000001")
+            if (seed, key) in failing:
+                failing.discard((seed, key))
+                raise table.Failed(f"train.py exited -9; see {log}")  # killed mid-run
+            os.makedirs(os.path.join(out, f"ckpt-{steps:06d}"), exist_ok=True)
         else:
             ev.main(cmd[2:])
     monkeypatch.setattr(table, "sh", sh)
 
 
+def test_rows_and_claims_from_known_outcomes(tmp_path, monkeypatch, capsys):
+    calls = []
+    fake_pieces(monkeypatch, calls)
+    res = table.main(["--steps", "2", "--eval_n", "20", "--seeds", "3", "--out_dir", str(tmp_path / "t"),
+                      "--tiny_dir", str(tmp_path / "tiny")])
+    assert res["seeds"] == [0, 1, 2] and sum("train.py" in c for c in calls) == 3 * 4
+    rows = {r["key"]: r for r in res["rows"]}
+    assert list(rows) == ["floor", *KEYS]
+    for k, solved in SOLVED.items():
+        extra = 1 / 3 if k == "per-role" else 0.0  # one more problem in one of three seeds
+        assert rows[k]["success"] == pytest.approx((solved + extra) / 20), k
+        assert rows[k]["low"] <= rows[k]["success"] <= rows[k]["high"]
+    assert rows["per-role"]["per_seed"] == [0.4, 0.45, 0.4]
+    claims = {(c["a"], c["b"]): c for c in res["claims"]}
+    assert len(claims) == len(table.CLAIMS)
+    same = claims[("per-role", "parallel")]  # identical outcomes but one problem of one seed
+    assert same["diff"] == pytest.approx(1 / 60) and same["verdict"] == "no difference" and same["low"] <= 0
+    swapped = claims[("swapped", "per-role")]
+    assert swapped["diff"] == pytest.approx(-1 / 60) and swapped["verdict"] == "no difference"
+    assert claims[("per-role", "single+grpo")]["diff"] == pytest.approx((2 + 1 / 3) / 20)
+    assert claims[("per-role", "shared")]["diff"] == pytest.approx((4 + 1 / 3) / 20)
+    assert claims[("per-role", "shared")]["verdict"] == "better"  # 4 problems more in every seed, none fewer
+    assert claims[("per-role", "shared")]["low"] > 0
+    out = capsys.readouterr().out
+    assert "| per-role vs shared policies | +21.7 |" in out and "better |" in out
+    assert json.load(open(tmp_path / "t" / "table.json"))["claims"] == res["claims"]
+
+
+def test_a_failed_seed_is_resumed_not_dropped(tmp_path, monkeypatch, capsys):
+    """Seed 1's per-role training dies after its first checkpoint: seeds 0 and 2 finish, the table exits 1
+    naming seed 1 and writes no table; the same command resumes that training (--resume) and redoes
+    nothing else, and the table then holds all three seeds."""
+    calls, d = [], tmp_path / "t"
+    fake_pieces(monkeypatch, calls, fail=[(1, "per-role")])
+    argv = ["--steps", "2", "--eval_n", "20", "--seeds", "3", "--rows", "shared,per-role", "--out_dir", str(d),
+            "--tiny_dir", str(tmp_path / "tiny")]
+    with pytest.raises(SystemExit) as e:
+        table.main(argv)
+    assert "seed(s) 1 failed" in str(e.value.code) and not (d / "table.json").exists()
+    assert (d / "seed-2" / "eval-mas---at-grpo-per-role.json").exists()  # the seed after the failed one ran
+    calls.clear()
+    res = table.main(argv)
+    assert [c for c in calls if "train.py" in c] == [calls[0]] and "--resume" in calls[0]
+    assert "seed-1" in calls[0][calls[0].index("--out_dir") + 1]
+    assert all("seed-1" in c[c.index("--json") + 1] for c in calls[1:]) and len(calls) == 3  # seed 1's two evals
+    assert res["seeds"] == [0, 1, 2] and all(len(r["per_seed"]) == 3 for r in res["rows"])
+    assert [c["claim"] for c in res["claims"]] == ["per-role vs shared policies"]
+
+
 def test_a_stale_eval_is_recomputed(tmp_path, monkeypatch, capsys):
     """Finished evaluations are reused by name only when the settings they recorded are the ones this
     table would run them with (model, roles' models, workflow, n, split, seed, the task protocol's
-    samples and temperature, the preset's task settings); a stale or torn one is made again, never mixed
-    into the table (table.py used to reuse any eval-*.json of that name)."""
+    samples and temperature, the preset's task settings) and they hold the per-problem outcomes; a stale
+    or torn one is made again, never mixed into the table (table.py used to reuse any eval-*.json of that name)."""
     calls, d = [], tmp_path / "t"
     fake_pieces(monkeypatch, calls)
     argv = ["--steps", "1", "--eval_n", "4", "--out_dir", str(d), "--tiny_dir", str(tmp_path / "tiny")]
@@ -71,49 +160,60 @@ def test_a_stale_eval_is_recomputed(tmp_path, monkeypatch, capsys):
     assert sum("eval.py" in c for c in calls) == len(table.ROWS) and res["rows"][1]["success"] == 0.5
     calls.clear()
     assert table.main(argv)["rows"] == res["rows"] and calls == []  # every piece fresh: nothing redone
-    path = lambda name: d / f"eval-{table.slug(name)}.json"
-    stale = {"single agent": dict(n=50), "MAS, untrained": dict(seed=1),
-             "MAS + AT-GRPO shared": dict(samples=5, temperature=0.6),  # another protocol
-             "single agent + GRPO": dict(workflow="mas"), "MAS + AT-GRPO per-role": dict(size=5),
-             "ablation: per-role models swapped": dict(role_model=[])}  # the unswapped model
-    for name, change in stale.items():
-        r = json.load(open(path(name)))
+    path = lambda key: d / "seed-0" / f"eval-{table.slug(table.NAME[key])}.json"
+    stale = {"single": dict(n=50), "mas": dict(seed=1),
+             "shared": dict(samples=5, temperature=0.6),  # another protocol
+             "single+grpo": dict(workflow="mas"), "per-role": dict(size=5),
+             "swapped": dict(role_model=[])}  # the unswapped model
+    for key, change in stale.items():
+        r = json.load(open(path(key)))
         r["settings"].update(change)
         r["success"] = 0.99
-        path(name).write_text(json.dumps(r))
-    path("ablation: parallel sampling (per-role)").write_text('{"success": 0.99, "sett')  # torn
+        path(key).write_text(json.dumps(r))
+    path("parallel").write_text('{"success": 0.99, "sett')  # torn
     calls.clear()
     again = table.main(argv)
     assert again["rows"] == res["rows"]  # none of the 0.99s
     redone = sorted(c[c.index("--json") + 1] for c in calls)
-    assert redone == sorted(str(path(n)) for n in [*stale, "ablation: parallel sampling (per-role)"])
+    assert redone == sorted(str(path(k)) for k in [*stale, "parallel"])
+    r = json.load(open(path("mas")))  # an eval made before per-problem outcomes were written
+    del r["per_problem"]
+    path("mas").write_text(json.dumps(r))
+    calls.clear()
+    table.main(argv)
+    assert [c[c.index("--json") + 1] for c in calls] == [str(path("mas"))]
     assert "train.py" not in str(calls)
 
 
 @pytest.mark.slow
 def test_table_end_to_end_then_resume(tiny_dir, tmp_path, monkeypatch):
-    """One training step per row (4 real train.py processes, vLLM-CPU), every row evaluated (7 eval.py
-    processes); both driven through their command lines with --preset cpu-demo; a second
-    call trains nothing and re-evaluates only a missing piece, to the same number."""
+    """One training step per row (2 rows x 2 seeds: 4 real train.py processes, vLLM-CPU), 3 rows evaluated
+    per seed (6 eval.py processes); both driven through their command lines with --preset cpu-demo; a
+    second call trains nothing and re-evaluates only a missing piece, to the same number."""
     d = tmp_path / "t"
-    argv = ["--steps", "1", "--eval_n", "4", "--out_dir", str(d), "--tiny_dir", tiny_dir]
+    argv = ["--steps", "1", "--eval_n", "4", "--seeds", "2", "--rows", "single+grpo,per-role,swapped",
+            "--out_dir", str(d), "--tiny_dir", tiny_dir]
     res = table.main(argv)
-    assert [r["row"] for r in res["rows"]] == ["uniformly random answers (floor)"] + [name for name, _, _ in table.ROWS]
-    assert all(0.0 <= r["success"] <= 1.0 and r["turns"] >= 1 for r in res["rows"])
-    trained = [name for name, t, _ in table.ROWS if isinstance(t, list)]
-    for name in trained:
-        assert (d / table.slug(name) / "ckpt-000001").is_dir(), name
-    ev = {name: json.load(open(d / f"eval-{table.slug(name)}.json")) for name, _, _ in table.ROWS}
-    assert ev["single agent"]["settings"]["workflow"] == "single" and ev["MAS, untrained"]["settings"]["workflow"] == "mas"
-    assert ev["single agent + GRPO"]["settings"]["model"].endswith("single-agent---grpo/ckpt-000001")
-    ck = ev["MAS + AT-GRPO per-role"]["settings"]["model"]
-    assert ev["MAS + AT-GRPO per-role"]["models"] == {"tool": f"{ck}/tool", "planner": f"{ck}/planner"}
-    assert ev["ablation: per-role models swapped"]["models"] == {"tool": f"{ck}/planner", "planner": f"{ck}/tool"}
+    assert [r["key"] for r in res["rows"]] == ["floor", "single+grpo", "per-role", "swapped"]
+    assert all(0.0 <= r["success"] <= 1.0 and r["turns"] >= 1 and len(r["per_seed"]) == 2 for r in res["rows"])
+    assert [(c["a"], c["b"]) for c in res["claims"]] == [("per-role", "single+grpo"), ("swapped", "per-role")]
+    assert all(c["low"] <= c["diff"] <= c["high"] and c["verdict"] in ("better", "worse", "no difference")
+               for c in res["claims"])
+    for seed in (0, 1):
+        s = d / f"seed-{seed}"
+        for key in ("single+grpo", "per-role"):
+            assert (s / table.slug(table.NAME[key]) / "ckpt-000001").is_dir(), (seed, key)
+        assert not (s / table.slug(table.NAME["shared"])).exists()  # a row not asked for is not trained
+        ev = {k: json.load(open(s / f"eval-{table.slug(table.NAME[k])}.json")) for k in ("single+grpo", "per-role", "swapped")}
+        assert ev["single+grpo"]["settings"]["workflow"] == "single" and ev["per-role"]["settings"]["seed"] == seed
+        assert all(len(e["per_problem"]) == 4 for e in ev.values())
+        ck = ev["per-role"]["settings"]["model"]
+        assert ev["per-role"]["models"] == {"tool": f"{ck}/tool", "planner": f"{ck}/planner"}
+        assert ev["swapped"]["models"] == {"tool": f"{ck}/planner", "planner": f"{ck}/tool"}
     sh, evals = table.sh, []
     monkeypatch.setattr(table, "sh", lambda cmd, log: pytest.fail("trained again although every checkpoint exists")
                         if "train.py" in cmd else (evals.append(cmd), sh(cmd, log)))
-    os.remove(d / "eval-mas---at-grpo-per-role.json")
+    os.remove(d / "seed-1" / "eval-mas---at-grpo-per-role.json")
     again = table.main(argv)
-    assert again["rows"] == res["rows"]
-    assert (d / "eval-mas---at-grpo-per-role.json").exists()
+    assert again["rows"] == res["rows"] and again["claims"] == res["claims"]
     assert len(evals) == 1  # the real eval.py JSONs' recorded settings are found current: only the missing one ran
