@@ -146,6 +146,8 @@ def main():
     S.add_argument("--logits_hidden", type=int, default=256, help="hidden size of the log-prob step alone")
     S.add_argument("--row_shape", default="cpu-small", help="shape of the row forward")
     S.add_argument("--row_response", type=int, default=512, help="response tokens of the row forward")
+    S.add_argument("--profile", type=int, default=0, help="N > 0: also profile one update (after the timed ones) and "
+                   "print its time by category (matmul, attention, optimizer, ...) and its top N ops")
     S.add_argument("--json", default=None, help="append every measurement to this JSON-lines file")
     ap.add_argument("--soak_steps", type=int, default=500, help="steps of the soak run")
     ap.add_argument("--soak_every", type=int, default=50, help="print the soak's resources every N steps")

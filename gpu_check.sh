@@ -14,6 +14,8 @@
 #   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo)
 #   SCALE=1 bash gpu_check.sh          # instead: the update at the paper's shapes (issue 24; scale.py): flex and
 #                                      # chunked log-probs checked, then bench.py --sections scale at the 1.7B shape
+#   SCALE=1 PROFILE=1 SCALE_PARTS=update SCALE_VARIANTS=after SCALE_RESPONSE=2048 bash gpu_check.sh
+#                                      # the next GPU step: where the update's time goes (MFU is 18-26%, the goal 40%)
 #   ENGINE=hf bash gpu_check.sh        # no vLLM there: the HF engine generates (FSDP2/NCCL/bf16 still checked;
 #                                      # sleep mode and pushes into vLLM are not). Chosen by itself if vllm is missing.
 set -euo pipefail
@@ -61,9 +63,10 @@ if [ -n "${SCALE:-}" ]; then  # issue 24: the update at the paper's shapes; ~7 m
         S=(--shape cpu-152k --prompt 32 --K 8 --response 32 --logits_tokens 1024 --logits_hidden 256 --row_shape cpu-small
            --row_response 64)
     fi
-    log "scale 3/3: bench.py --sections scale ${S[*]}"
+    PROF=(); [ -n "${PROFILE:-}" ] && PROF=(--profile 15)  # where the update's time goes, by category and op
+    log "scale 3/3: bench.py --sections scale ${S[*]} ${PROF[*]}"
     timeout "${SCALE_TIMEOUT:-420}" $PY bench.py --sections scale --device "$DEVICE" "${S[@]}" --regime per-role --grad_ckpt 1,0 \
-        --variants after,before --parts update,logits,row --steps 1 --json "$OUT/scale.jsonl" \
+        --variants "${SCALE_VARIANTS:-after,before}" --parts "${SCALE_PARTS:-update,logits,row}" --steps 1 "${PROF[@]}" --json "$OUT/scale.jsonl" \
         || echo "gpu_check: the scale bench was cut short (timeout or failure); $OUT/scale.jsonl has what it measured"
     log "done; $OUT/scale.jsonl"
     exit 0

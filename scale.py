@@ -275,18 +275,21 @@ def measure(c):
     attention = P.attention_path(pols[0].model).split(":")[0]
     samples = samples_for(groups, roles)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    times = []
-    for step in range(1 + c["steps"]):  # the first is a warm-up (kernels compiled, allocator grown)
+    def one_update():
         for s in samples:
             s.extra.clear()
-        sync()
-        t = time.time()
         for pol in pols:
             P.update(pol, [s for s in samples if s.policy == pol.name], dev, random.Random(0), loss.ppo_clip, 1.0,
                      c["micro_tokens"], 1, 1.0, 0.0, old_pass=c["variant"] != "after")
         sync()
+    times = []
+    for step in range(1 + c["steps"]):  # the first is a warm-up (kernels compiled, allocator grown)
+        sync()
+        t = time.time()
+        one_update()
         times.append(time.time() - t)
     dt = min(times[1:]) if len(times) > 1 else times[0]
+    prof = profiled(one_update, dev, c["profile"]) if c.get("profile") else None  # after the timing: no overhead in it
     state = 0  # what FSDP shards: trainable parameters, their gradients, AdamW's moments; a LoRA base
     for pol in pols:
         for p in pol.params:
@@ -297,52 +300,39 @@ def measure(c):
     flops = update_flops(cfg, groups, lora=c["regime"] == "lora")
     tokens = sum(P_ + K * R for P_, K, R in groups)
     return dict(c, attention=attention, seconds=dt, tokens_per_s=tokens / dt, tflops=flops / dt / 1e12,
-                peak_bytes=peak_bytes(dev), state_bytes=state, params=n_params(cfg))
+                peak_bytes=peak_bytes(dev), state_bytes=state, params=n_params(cfg), **({"profiled": prof} if prof else {}))
 
 
-def logits_step(c):
-    """The log-prob step alone: T response tokens' hidden states through lm_head (V x H) to log-probs,
-    forward and backward, whole matrix (chunk 0) or chunked. Returns seconds and peak bytes."""
-    import policies as P
-    dev, V, H, T = c["device"], c["vocab"], c["hidden"], c["tokens"]
-    dt = torch.bfloat16 if dev == "cuda" else torch.float32
-    g = torch.Generator(device=dev).manual_seed(0)
-    head = torch.nn.Linear(H, V, bias=False, device=dev, dtype=dt)
-    h = torch.randn(T, H, device=dev, dtype=dt, generator=g, requires_grad=True)
-    tgt = torch.randint(0, V, (T,), device=dev, generator=g)
-    temp = torch.ones(T, device=dev)
-    if dev == "cuda":  # a warm-up first (cuBLAS handles, kernels); its memory is freed before the measured call
-        P.token_logprobs(head, h[:256], tgt[:256], temp[:256], c["chunk"]).sum().backward()
-        h.grad = head.weight.grad = None
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated() if dev == "cuda" else peak_bytes(dev)
-    t = time.time()
-    P.token_logprobs(head, h, tgt, temp, c["chunk"]).sum().backward()
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    return dict(c, seconds=time.time() - t, peak_bytes=peak_bytes(dev), base_bytes=base)
-
-
-def row_forward(c):
-    """One shared-prompt row (prompt + K responses) forward without gradients (old log-probs, KL reference,
-    evaluation): dense mask vs flex block mask, on the given shape. Returns the best seconds of 3."""
-    import policies as P
-    from transformers import AutoModelForCausalLM
-    dev, cfg = c["device"], shape_config(c["shape"])
-    torch.manual_seed(0)
-    with torch.device(dev):
-        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-    if c["attention"] == "flex":
-        m.set_attn_implementation("flex_attention")
-    ss = samples_for([(c["prompt"], c["K"], c["response"])], ["x"])
-    best = []
-    with torch.no_grad():
-        for _ in range(4):  # the first compiles flex_attention
-            t = time.time()
-            P.shared_prompt_logprobs(m, ss, 1.0, dev)
-            best.append(time.time() - t)
-    return dict(c, seconds=min(best[1:]), first_s=best[0])
+def profiled(run, dev, top=12):
+    """One call of run() under torch.profiler: each op's self time (on CUDA the device time of the kernels it
+    launched, on CPU its CPU time), by category and the top ops. Category: optimizer / attention when the op
+    runs inside one (AdamW's elementwise ops, sdpa's matmuls), else by its own name (matmul, casts and
+    copies, communication), else other (elementwise ops, norms, softmax, ...)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])) as p:
+        run()
+    has = lambda names, keys: any(k in n.lower() for n in names for k in keys)
+    ops, cats = {}, {}
+    for e in p.events():
+        if e.device_type != DeviceType.CPU:  # a kernel counts through the op that launched it
+            continue
+        ms = (e.self_device_time_total if dev == "cuda" else e.self_cpu_time_total) / 1e3
+        if ms <= 0:
+            continue
+        up, q = [e.name], e.cpu_parent
+        while q is not None:
+            up.append(q.name)
+            q = q.cpu_parent
+        cat = ("optimizer" if has(up, ("optimizer.step", "adam")) else
+               "communication" if has(up, ("nccl", "all_gather", "reduce_scatter", "c10d")) else
+               "attention" if has(up, ("attention", "flex")) else
+               "matmul" if has(up[:1], ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul")) else
+               "casts and copies" if has(up[:1], ("copy", "aten::to", "aten::cat")) else "other")
+        cats[cat] = cats.get(cat, 0.0) + ms
+        o = ops.setdefault(e.name, [e.name, 0.0, 0])
+        o[1], o[2] = o[1] + ms, o[2] + 1
+    return dict(total_ms=sum(cats.values()), categories=cats, top=sorted(ops.values(), key=lambda o: -o[1])[:top])
 
 
 def run_isolated(kind, c, timeout=3600):
@@ -425,7 +415,7 @@ def bench_update(a, keep, peak):
                     for variant in a.variants:
                         c = dict(device=dev, shape=shape, prompt=a.prompt, K=a.K, response=R, groups=a.groups,
                                  regime=regime, grad_ckpt=ck, variant=variant, micro_tokens=a.micro_tokens,
-                                 logp_chunk=a.logp_chunk, steps=a.steps, lora_rank=a.lora_rank)
+                                 logp_chunk=a.logp_chunk, steps=a.steps, lora_rank=a.lora_rank, profile=a.profile)
                         mb = min(a.micro_tokens, a.prompt + a.K * R)  # the largest micro-batch it runs
                         est = plan(cfg, policies=1 if regime == "shared" else 2, lora_rank=a.lora_rank if regime == "lora" else 0,
                                    fsdp=dev == "cuda", bf16=dev == "cuda", micro_tokens=mb, grad_ckpt=bool(ck),
@@ -440,6 +430,12 @@ def bench_update(a, keep, peak):
                                f"{sim / GiB:.2f})" if dev == "cuda" else f"peak RSS {r['peak_bytes'] / GiB:.2f} GiB")
                         say(f"{head}: {r['attention']}, {r['seconds']:.2f}s, {r['tokens_per_s']:.0f} tok/s, "
                             f"{r['tflops']:.2f} TFLOP/s = {r['tflops'] / peak:.0%} of the matmul, {mem}")
+                        if "profiled" in r:
+                            pr = r["profiled"]
+                            say(f"  profile ({'device' if dev == 'cuda' else 'CPU'} self time {pr['total_ms']:.0f} ms): " + ", ".join(
+                                f"{k} {v / pr['total_ms']:.0%}" for k, v in sorted(pr["categories"].items(), key=lambda kv: -kv[1])))
+                            for name, ms, n in pr["top"]:
+                                say(f"    {ms:9.1f} ms {n:6d}x  {name[:100]}")
                     if "before" in pair and "after" in pair and not any("error" in r for r in pair.values()):
                         b, c = pair["before"], pair["after"]
                         say(f"  after vs before: {b['seconds'] / c['seconds']:.2f}x faster, peak "

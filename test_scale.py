@@ -106,3 +106,16 @@ def test_plan_command_reads_only_config_json(tmp_path):
     assert r.returncode == 1 and "does NOT fit" in r.stdout and "would fit with: --grad_ckpt 1" in r.stdout
     r = plan_cli("--model", str(tmp_path / "nothing"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_measure_with_profile_on_cpu():
+    """One real update of a small shape, measured and profiled: the profile's categories hold the matmuls
+    (aten::mm / addmm) and sum to its total; its top ops are the largest, in order."""
+    c = dict(device="cpu", shape="cpu-152k", prompt=16, K=2, response=8, groups=1, regime="per-role", grad_ckpt=0,
+             variant="after", micro_tokens=4096, logp_chunk=16, steps=1, lora_rank=4, profile=5)
+    r = scale.measure(c)
+    assert r["seconds"] > 0 and r["tokens_per_s"] > 0 and r["state_bytes"] > 0
+    pr = r["profiled"]
+    assert pr["categories"]["matmul"] > 0 and abs(sum(pr["categories"].values()) - pr["total_ms"]) < 1e-6
+    assert len(pr["top"]) == 5 and [t[1] for t in pr["top"]] == sorted((t[1] for t in pr["top"]), reverse=True)
+    assert "profiled" not in scale.measure({**c, "profile": 0})
