@@ -335,6 +335,51 @@ def profiled(run, dev, top=12):
     return dict(total_ms=sum(cats.values()), categories=cats, top=sorted(ops.values(), key=lambda o: -o[1])[:top])
 
 
+def logits_step(c):
+    """The log-prob step alone: T response tokens' hidden states through lm_head (V x H) to log-probs,
+    forward and backward, whole matrix (chunk 0) or chunked. Returns seconds and peak bytes."""
+    import policies as P
+    dev, V, H, T = c["device"], c["vocab"], c["hidden"], c["tokens"]
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    g = torch.Generator(device=dev).manual_seed(0)
+    head = torch.nn.Linear(H, V, bias=False, device=dev, dtype=dt)
+    h = torch.randn(T, H, device=dev, dtype=dt, generator=g, requires_grad=True)
+    tgt = torch.randint(0, V, (T,), device=dev, generator=g)
+    temp = torch.ones(T, device=dev)
+    if dev == "cuda":  # a warm-up first (cuBLAS handles, kernels); its memory is freed before the measured call
+        P.token_logprobs(head, h[:256], tgt[:256], temp[:256], c["chunk"]).sum().backward()
+        h.grad = head.weight.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() if dev == "cuda" else peak_bytes(dev)
+    t = time.time()
+    P.token_logprobs(head, h, tgt, temp, c["chunk"]).sum().backward()
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    return dict(c, seconds=time.time() - t, peak_bytes=peak_bytes(dev), base_bytes=base)
+
+
+def row_forward(c):
+    """One shared-prompt row (prompt + K responses) forward without gradients (old log-probs, KL reference,
+    evaluation): dense mask vs flex block mask, on the given shape. Returns the best seconds of 3."""
+    import policies as P
+    from transformers import AutoModelForCausalLM
+    dev, cfg = c["device"], shape_config(c["shape"])
+    torch.manual_seed(0)
+    with torch.device(dev):
+        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    if c["attention"] == "flex":
+        m.set_attn_implementation("flex_attention")
+    ss = samples_for([(c["prompt"], c["K"], c["response"])], ["x"])
+    best = []
+    with torch.no_grad():
+        for _ in range(4):  # the first compiles flex_attention
+            t = time.time()
+            P.shared_prompt_logprobs(m, ss, 1.0, dev)
+            best.append(time.time() - t)
+    return dict(c, seconds=min(best[1:]), first_s=best[0])
+
+
 def run_isolated(kind, c, timeout=3600):
     """`kind`(c) in a fresh python: its own peak memory, and an out-of-memory kills only it."""
     code = f"import json, sys, scale; print('RESULT ' + json.dumps(scale.{kind}(json.loads(sys.argv[1]))))"

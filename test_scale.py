@@ -119,3 +119,17 @@ def test_measure_with_profile_on_cpu():
     assert pr["categories"]["matmul"] > 0 and abs(sum(pr["categories"].values()) - pr["total_ms"]) < 1e-6
     assert len(pr["top"]) == 5 and [t[1] for t in pr["top"]] == sorted((t[1] for t in pr["top"]), reverse=True)
     assert "profiled" not in scale.measure({**c, "profile": 0})
+
+
+def test_every_part_of_the_scale_bench_runs(tmp_path):
+    """bench.py --sections scale, every part at a toy size, through the command line: each measurement is
+    written without an error (a part whose function is missing from scale.py records one and fails here)."""
+    out = tmp_path / "scale.jsonl"
+    p = subprocess.run([sys.executable, "bench.py", "--sections", "scale", "--parts", "logits,row,update", "--shape", "cpu-152k",
+                        "--prompt", "16", "--K", "2", "--response", "8", "--groups", "1", "--logits_tokens", "64",
+                        "--logits_hidden", "32", "--row_shape", "cpu-152k", "--row_response", "8", "--variants", "after",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=HERE)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r.get("error") for r in rows] == [None] * len(rows), rows
+    assert sorted({r["part"] for r in rows}) == ["logits", "row", "update"] and len(rows) == 5  # 2 chunkings, 2 attentions, 1
