@@ -448,9 +448,10 @@ def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, ma
                                   workers=workers)
     ok = [float(e.success) for e in envs]
     per = [sum(ok[i * samples:(i + 1) * samples]) / samples for i in range(n)]  # the unit paired intervals resample
-    se = (sum((x - sum(per) / n) ** 2 for x in per) / (n - 1) / n) ** 0.5 if n > 1 else 0.0
+    mean = sum(per) / n
+    se = (sum((x - mean) ** 2 for x in per) / (n - 1) / n) ** 0.5 if n > 1 else 0.0
     out = {"success": sum(ok) / len(envs), "success_se": se, "per_problem": per, "episodes": len(envs),
-           f"pass@{samples}": sum(max(ok[i * samples:(i + 1) * samples]) for i in range(n)) / n,
+           f"pass@{samples}": sum(x > 0 for x in per) / n,
            "turns": sum(e.turn for e in envs) / len(envs), "tokens": sum(len(s.response_ids) for s in ss)}
     for role in envs[0].roles:
         rs = [s.reward for s in ss if s.role == role]
