@@ -2,7 +2,8 @@
 several seeds, with every claim of the paper as a paired difference, its 95% interval and a verdict.
 
     python table.py --seeds 3                # ~13 min per seed on 2 CPU cores; a markdown table; runs/table/table.json
-    python table.py --preset cpu-demo-math --seeds 3   # ~12 min per seed: the math workflow (tool writes code, reasoner answers)
+    python table.py --preset cpu-demo-math --seeds 3   # the math workflow (tool writes code, reasoner answers); 44 min per seed
+                                                       # measured 2026-12-05, ~12 before the sandbox slowed down (README)
     python table.py --rows shared,per-role --seeds 5   # one comparison (per-role vs shared) over 5 seeds
     python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look (one seed)
     python -m pytest -q test_table.py test_stats.py
@@ -136,7 +137,7 @@ def eval_is_current(path, preset, settings, seed, n, flags):
     return all(k in have and have[k] == v for k, v in want.items())
 
 
-def one_seed(a, seed, keys, settings, roles):
+def one_seed(a, seed, keys, settings, demo):
     """Train (unless its final checkpoint exists) and evaluate (unless its JSON is current) the rows `keys`
     with one seed, in OUT/seed-S; each piece its own process. Returns {key: eval.py's JSON}, the floor
     under "floor". Raises Failed when a piece fails (its seed stops; finished pieces stay)."""
@@ -157,7 +158,7 @@ def one_seed(a, seed, keys, settings, roles):
             model = ["--model", a.tiny_dir] if os.path.isdir(a.tiny_dir) else ["--model", "tiny", "--tiny_dir", a.tiny_dir]
             sh([py, "train.py", *common, *train_flags, *model, *tflags, "--out_dir", run_dir, *resume], log)
     out = {}
-    first, second = roles  # the two roles the swap ablation exchanges
+    first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
     for key, name, tflags, eflags in rows:  # evaluate, one process each
         ck = os.path.join(s.out_dir, slug(NAME[tflags] if isinstance(tflags, str) else name), f"ckpt-{a.steps:06d}")
         if isinstance(tflags, list):
@@ -175,7 +176,6 @@ def one_seed(a, seed, keys, settings, roles):
         out[key] = json.load(open(path))
         print(f"seed {seed}  {name:40s} {100 * out[key]['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
-    demo = argparse.Namespace(**settings)
     out["floor"] = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
     return out
 
@@ -238,12 +238,12 @@ def main(argv=None):
     preset, settings = a.preset, PRESETS[a.preset]
     a.out_dir = a.out_dir or ("runs/table" if preset == "cpu-demo" else "runs/table-math")
     a.tiny_dir = a.tiny_dir or settings.get("tiny_dir", "tiny-model")
-    roles = make_env(argparse.Namespace(**settings), "test", 0).roles
+    demo = argparse.Namespace(**settings)  # the preset's task options, picked by the task class as train.py does
     t0, per_seed, failed = time.time(), {}, []
     for i, seed in enumerate(range(a.seed, a.seed + a.seeds)):
         print(f"== seed {seed} ({i + 1} of {a.seeds})", flush=True)
         try:
-            per_seed[seed] = one_seed(a, seed, keys, settings, roles)
+            per_seed[seed] = one_seed(a, seed, keys, settings, demo)
         except Failed as e:  # the other seeds go on; this one resumes on the next call
             print(f"seed {seed} failed: {e}", flush=True)
             failed.append(seed)
