@@ -3,7 +3,6 @@ several seeds, with every claim of the paper as a paired difference, its 95% int
 
     python table.py --seeds 3                # ~13 min per seed on 2 CPU cores; a markdown table; runs/table/table.json
     python table.py --preset cpu-demo-math --seeds 3   # the math workflow (tool writes code, reasoner answers); ~13 min per seed alone
-                                                       # measured 2026-12-05, ~12 before the sandbox slowed down (README)
     python table.py --rows shared,per-role --seeds 5   # one comparison (per-role vs shared) over 5 seeds
     python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look (one seed)
     python -m pytest -q test_table.py test_stats.py
