@@ -4,10 +4,10 @@ extract_boxed(text) -> the content of the last \\boxed{...} in a completion, or 
 math_equal(pred, gold) -> bool. An answer is ONE value: `x = 7` is the value 7, but a chain `1233 = 1234`,
 numbers side by side `1 2 3 4`, or `1234%` against 1234 are not the gold's value (math_verify alone would
 take the last side, sum the list, drop the percent). Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%)
-compare exactly in-process; anything else goes to math_verify in a helper process with a hard time limit
-(safe from any thread, cannot hang a caller); a pool of helpers serves threads at once. Verdicts are
-cached; a helper that runs out of time gives no verdict: that call says False, and the pair is asked
-again next time.
+compare exactly in-process; anything else goes to math_verify in a helper process with a hard limit on
+its CPU time (safe from any thread, cannot hang a caller, and the same verdict on a loaded machine as on
+an idle one); a pool of helpers serves threads at once. Verdicts are cached; a helper that runs out of
+time gives no verdict: that call says False, and the pair is asked again next time.
 
     python -m pytest -q test_mathcheck.py
 """
@@ -26,8 +26,11 @@ from functools import lru_cache
 import sandbox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VERIFY_TIMEOUT = 3  # seconds per math_verify step (parse gold, parse answer, compare): a request has 3 of them
-VERIFY_LIMIT = 3 * VERIFY_TIMEOUT + 2  # seconds a caller waits for a helper (a hang in C code, where no alarm lands)
+# CPU seconds per math_verify step (parse gold, parse answer, compare): a request has 3 of them. CPU time,
+# not wall time, so that a verdict is the same on an idle machine and a loaded one (a reward must not
+# depend on what else runs); a pathological parse burns CPU and is cut all the same.
+VERIFY_TIMEOUT = 3
+VERIFY_LIMIT = 60  # wall seconds a caller waits for a helper: only for a hang in C code, where no signal lands
 # math_verify helper processes at most (made on demand; each holds sympy, ~100 MB): one per core, up to 8
 VERIFY_HELPERS = min(8, sandbox.CORES)
 MAX_ANSWER = 500  # characters: an "answer" longer than this is not one (data.py skips such records)
@@ -101,7 +104,7 @@ def _unnamed(s):
 
 
 def _verify_here(pred, gold):
-    """math_verify, with its own timeouts off: the helper's one alarm per request bounds it (_serve)."""
+    """math_verify, with its own timeouts off: the helper's one CPU timer per request bounds it (_serve)."""
     from math_verify import parse, verify
     wrap = lambda s: s if ("$" in s or "\\boxed" in s) else f"${s}$"
     g = parse(wrap(gold), parsing_timeout=None)
@@ -119,26 +122,26 @@ def _out_of_time(signum, frame):
 
 def _serve():
     """The helper process: one JSON [pred, gold] per stdin line, one line back: 1 (equal), 0 (not equal)
-    or ? (no verdict: the request ran out of time, which says nothing about the answer)."""
+    or ? (no verdict: the request ran out of CPU time, which says nothing about the answer)."""
     out, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the protocol
     _verify_here("1", "1")  # import and warm up before "ready": startup is not a timeout
-    signal.signal(signal.SIGALRM, _out_of_time)  # signals land on the main thread: this one
+    signal.signal(signal.SIGPROF, _out_of_time)  # signals land on the main thread: this one
     print("ready", file=out, flush=True)
     for line in sys.stdin:
         try:
-            signal.setitimer(signal.ITIMER_REAL, 3 * VERIFY_TIMEOUT)
+            signal.setitimer(signal.ITIMER_PROF, 3 * VERIFY_TIMEOUT)  # this process's CPU time (user + system)
             reply = int(_verify_here(*json.loads(line)))
         except _OutOfTime:
             reply = "?"
         except Exception:  # math_verify could not read it: that is an answer, not a stall
             reply = 0
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
         print(reply, file=out, flush=True)
 
 
 class _Verifier:
-    """math_verify in a helper process: its alarm works there (on that process's main thread), whichever
+    """math_verify in a helper process: its CPU timer works there (on that process's main thread), whichever
     thread calls us, and a parse that hangs inside C code (where no signal lands) is bounded too: past
     `limit` there is no verdict and the helper is killed, to be restarted on next use. One request at a
     time (its lock); _VerifierPool spreads threads over several."""
@@ -236,8 +239,9 @@ def math_equal(pred, gold):
     """Is `pred` the same value as `gold`? Each must state one value (see the module docstring). Plain
     numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%) compare exactly here; anything else goes to math_verify in
     a helper process (see _Verifier; up to VERIFY_HELPERS threads at once, see _VerifierPool). Safe from
-    any thread; never raises; at most VERIFY_LIMIT (11 s) of helper time for a pathological input (plus
-    any wait for a free helper); False when the helper gives no verdict, without caching it."""
+    any thread; never raises; at most 9 s of the helper's CPU time for a pathological input (VERIFY_LIMIT,
+    60 s of wall time, for one that hangs in C code; plus any wait for a free helper); False when the
+    helper gives no verdict, without caching it."""
     try:
         p, g = _clean(pred), _clean(gold)
         if not p or not g or len(p) > MAX_ANSWER or len(g) > MAX_ANSWER:  # an "answer" that long is not one

@@ -167,13 +167,14 @@ def test_a_stalled_helper_is_not_remembered_as_wrong(monkeypatch):
         mathcheck._verified.cache_clear()
 
 
-def test_a_helper_out_of_time_says_no_verdict_rather_than_no():
-    """math_verify's own timeouts used to come back as 0 ("not equal"): under load a slow parse would be
-    cached as a wrong answer. The helper's time per request is one alarm; running out of it is no verdict."""
+def helper_reply(verify):
+    """The reply of a helper (mathcheck._serve, CPU budget 0.3 s a request) whose math_verify is `verify`
+    (Python source of a function of (pred, gold)), to one request."""
     here = os.path.dirname(os.path.abspath(mathcheck.__file__))
-    slow = (f"import sys, time; sys.path.insert(0, {here!r}); import mathcheck as M; M.VERIFY_TIMEOUT = 0.1; "
-            "fast = M._verify_here; M._verify_here = lambda p, g: fast(p, g) if p == '1' else time.sleep(3600); M._serve()")
-    proc = subprocess.Popen([sys.executable, "-c", slow], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    code = (f"import sys, time; sys.path.insert(0, {here!r}); import mathcheck as M; M.VERIFY_TIMEOUT = 0.1; "
+            f"fast = M._verify_here; slow = {verify}; M._verify_here = lambda p, g: fast(p, g) if p == '1' else slow(p, g); "
+            "M._serve()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.stdin.write('["x+1", "1+x"]\n')
@@ -181,8 +182,22 @@ def test_a_helper_out_of_time_says_no_verdict_rather_than_no():
         reply = []
         t = threading.Thread(target=lambda: reply.append(proc.stdout.readline().strip()), daemon=True)
         t.start()
-        t.join(120)  # a bound for a broken helper only: the alarm answers in well under a second
-        assert reply == ["?"]
+        t.join(120)  # a bound for a broken helper only: every case here answers in seconds
+        return reply
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_helper_out_of_time_says_no_verdict_rather_than_no():
+    """math_verify's own timeouts used to come back as 0 ("not equal"): under load a slow parse would be
+    cached as a wrong answer. The helper's time per request is one CPU timer; running out of it (a parse
+    that burns CPU without end) is no verdict."""
+    assert helper_reply("lambda p, g: [0 for _ in iter(int, 1)]") == ["?"]
+
+
+def test_a_loaded_machine_is_not_a_slow_answer():
+    """The limit counts the helper's CPU time, not wall time: a request that waits (as one does on a loaded
+    machine, where the helper gets a sliver of a core) 4x its CPU budget and then answers keeps its verdict.
+    A wall-clock alarm (ITIMER_REAL, as before) says '?' here: the reward would depend on the machine."""
+    assert helper_reply("lambda p, g: (time.sleep(1.2), True)[1]") == ["1"]
