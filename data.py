@@ -523,7 +523,7 @@ def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
             what = f"{_short(t, 100)[1:-1]} -> "
             why = (_short(last[len(nonce) + 6:], 150)[1:-1] if last.startswith(f"{nonce} FAIL ") else
                    f"no verdict (exit status {r.returncode}: {_short(_last_line(r.stderr), 80)[1:-1]})")
-        return ok, (what + (f"timed out after {timeout:g}s" if r.timed_out else why))[:200]
+        return ok, (what + (f"timed out ({timeout:g} s of CPU, or stalled)" if r.timed_out else why))[:200]
 
     stop = (lambda i, r: not verdict(tests[i], r)[0]) if first_failure else None
     results = sandbox.run_many(jobs, timeout=timeout, stop=stop, out_bytes=out_bytes)

@@ -1,8 +1,11 @@
 """Run untrusted, model-written Python with limits. Nothing model-written runs anywhere else.
 
-Always (Linux): a wall-clock timeout, after which the process group (and namespace) is SIGKILLed and
-run() returns; rlimits on CPU seconds, address space, file size (1 MiB), open files, processes, core
-dumps; stdout capped at `out_bytes` (default MAX_OUTPUT; Result.truncated says it was cut) and stderr at
+Always (Linux): `timeout` is CPU time (RLIMIT_CPU, whole seconds, rounded up; the kernel SIGKILLs the
+program at it), so a verdict is the same on a loaded machine as on an idle one (a reward must not depend
+on what else runs); a wall-clock cap of WALL_FACTOR x timeout + WALL_SLACK s stops a program that sleeps
+or blocks, after which the process group (and namespace) is SIGKILLed and run() returns. Either way
+Result.timed_out is set (for the CPU limit: a non-zero exit after the limit's CPU seconds, counted
+by wait4 for the program and what it waited for). Also rlimits on address space, file size (1 MiB), open files, processes, core dumps; stdout capped at `out_bytes` (default MAX_OUTPUT; Result.truncated says it was cut) and stderr at
 MAX_OUTPUT while read; a stripped environment; Python isolated mode (-I).
 
 Preferred, bubblewrap (`bwrap` on PATH and passing a probe): no network (own netns, only its own
@@ -55,6 +58,9 @@ TMPFS_BYTES = 64 << 20  # all a bwrap-sandboxed program may write
 ROOT = os.geteuid() == 0
 PATH = {"PATH": "/usr/bin:/bin"}
 CORES = len(os.sched_getaffinity(0)) or 1
+# wall-clock cap = WALL_FACTOR x timeout + WALL_SLACK: room for a program near its CPU limit on a machine
+# loaded ~4x, and for start-up; only programs that sleep or block (or fork CPU hogs) ever reach it
+WALL_FACTOR, WALL_SLACK = 4, 5.0
 POOL = os.environ.get("SANDBOX_POOL", "1") != "0"  # 0: one bubblewrap namespace per run (the slow path, for comparison)
 PYTHON_DIRS = sorted({d for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                                   os.path.dirname(os.path.realpath(sys.executable)))  # a venv and its Python
@@ -131,15 +137,19 @@ def _fallback():
 def _limits(cpu_s, mem_bytes, nproc):
     def apply():
         os.setsid()  # own process group: a timeout kills every child too
-        for lim, n in ((resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_AS, mem_bytes), (resource.RLIMIT_FSIZE, 1 << 20),
-                       (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_CORE, 0)):
+        for lim, n in ((resource.RLIMIT_AS, mem_bytes), (resource.RLIMIT_FSIZE, 1 << 20), (resource.RLIMIT_NOFILE, 64),
+                       (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(lim, (n, n))
+        # SIGXCPU at the limit kills the program (under bwrap its exit status says so: 152); SIGKILL a second
+        # later, for one that is PID 1 (unshare's fallback: it ignores SIGXCPU) or catches it
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     return apply
 
 
 def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True, pool=None, out_bytes=MAX_OUTPUT):
-    """Run `code` with `stdin`; returns Result(stdout, stderr, returncode, timed_out). Never raises for
-    anything the program does; returns at most ~2 s after `timeout`. bwrap=False forces the fallback;
+    """Run `code` with `stdin`; returns Result(stdout, stderr, returncode, timed_out). `timeout`: CPU
+    seconds (see the module docstring); never raises for anything the program does; returns at most ~2 s
+    after the wall-clock cap, _wall(timeout). bwrap=False forces the fallback;
     pool=False one bubblewrap namespace per run (default: the worker pool when it works, see Pool).
     out_bytes: stdout bytes kept (a long expected output needs more than the default)."""
     if bwrap and (POOL if pool is None else pool) and _bwrap() is not None and _pool() is not None:
@@ -167,24 +177,24 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
     try:
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
         p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w,
-                             preexec_fn=_limits(int(timeout) + 1, mem_mb << 20, nproc))
+                             preexec_fn=_limits(_cpu(timeout), mem_mb << 20, nproc))
         _close(fds, in_r, out_w, err_w)
         try:
-            end = time.monotonic() + timeout
+            end = time.monotonic() + _wall(timeout)
             out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace")}, out_r, err_r, end, out_bytes)
-            if not closed:
+            if not closed or (reaped := _reap(p, end)) is None:  # it may have closed its pipes and kept running
                 raise subprocess.TimeoutExpired(cmd, timeout)
-            p.wait(max(0.0, end - time.monotonic()))  # it may have closed its pipes and kept running
+            rc, cpu = reaped
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill(p)
-            p.wait()
+            rc, cpu = _reap(p)
             # the namespace's teardown ends with the pipes' EOF (~0.5 s for 64 busy processes on 2 loaded cores)
             o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0, out_bytes)
             out, err = out + o2, err + e2
         finally:
             _kill(p)  # leftovers in a fallback without PID namespace (pgid stays reserved while in use)
-        rc = p.wait()
+        timed_out = timed_out or _out_of_cpu(rc, cpu, timeout)
     except (OSError, subprocess.SubprocessError, ValueError) as e:  # ValueError: NUL bytes / surrogates in code
         out, err, rc = b"", f"sandbox: {e}".encode(), -1
     finally:
@@ -192,6 +202,36 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
         if work:
             shutil.rmtree(work, ignore_errors=True)
     return _result(out, err, rc, timed_out, out_bytes)
+
+
+def _reap(p, deadline=None):
+    """Wait for Popen `p` (until `deadline`, then None): (returncode, CPU seconds of p and of every process
+    it waited for; bwrap and unshare wait for the program, so its time is in there)."""
+    delay = 0.0005
+    while True:
+        pid, status, ru = os.wait4(p.pid, 0 if deadline is None else os.WNOHANG)
+        if pid:
+            p.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
+            return p.returncode, ru.ru_utime + ru.ru_stime
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+
+
+def _out_of_cpu(rc, cpu, timeout):
+    """Was the program stopped by its CPU limit: killed by SIGXCPU, or a failure after ~the limit's CPU time
+    (wait4's count reads up to a few % under the kernel's own)? A program that kills itself did not time
+    out. (Under bwrap, wait4 does not see the program's time, but its SIGXCPU status.)"""
+    return rc in (128 + signal.SIGXCPU, -signal.SIGXCPU) or rc != 0 and cpu >= 0.9 * _cpu(timeout)
+
+
+def _cpu(timeout):
+    return max(1, -int(-timeout // 1))  # whole CPU seconds, rounded up (RLIMIT_CPU's unit)
+
+
+def _wall(timeout):
+    return WALL_FACTOR * timeout + WALL_SLACK
 
 
 def _result(out, err, rc, timed_out, out_bytes):
@@ -292,7 +332,7 @@ def _executor(workers, pid):
 # between us and B (passed as fds over a unix socket): the server never holds a program's code or input
 # for a later job to find in its memory. When B exits, the kernel kills whatever it left (it is PID 1),
 # and the tmpfs and IPC objects go with their namespaces: nothing survives into the next job. Concurrent
-# jobs run in different workers. On a timeout the whole worker is killed and its slot starts a fresh
+# jobs run in different workers. At the wall-clock cap the whole worker is killed and its slot starts a fresh
 # one. Per run: 2 forks of a warm interpreter instead of a namespace set-up plus an interpreter start.
 # B is plain `python -I -c`: its std streams are built as Python builds them, it exits through the
 # interpreter's own exit, and Python dirs under /tmp are bound back onto its fresh /tmp (test_sandbox's
@@ -356,7 +396,8 @@ def job(h, fin, fout, ferr, fcode):
     except SystemExit:
         raise
     except BaseException as e:
-        sys.excepthook(type(e), e, e.__traceback__.tb_next)  # as `python -c` reports it
+        e.__traceback__ = e.__traceback__.tb_next  # (the default hook prints this one, not its argument)
+        sys.excepthook(type(e), e, e.__traceback__)  # as `python -c` reports it: no frame of ours
         raise SystemExit(1)
     raise SystemExit(0)  # out of the server's loop: the interpreter exits as `python -c` does (threads
     # joined, atexit, std streams flushed or exit 120, files left open flushed as they are freed)
@@ -391,7 +432,8 @@ while True:
         job(json.loads(msg), *fds)
     for fd in fds:
         os.close(fd)
-    sock.sendall(b"%d\n" % status(os.waitpid(pid, 0)[1]))  # its exit has killed every process it left
+    _, st, ru = os.wait4(pid, 0)  # its exit has killed every process it left
+    sock.sendall(b"%d %.6f\n" % (status(st), ru.ru_utime + ru.ru_stime))  # exit status, CPU seconds
 """
 
 
@@ -444,17 +486,18 @@ class _Worker:
         fds = []
         try:
             (in_r, in_w), (out_r, out_w), (err_r, err_w), (code_r, code_w) = (_pipe(fds) for _ in range(4))
-            head = json.dumps({"uid": (1 << 20) + secrets.randbelow(1 << 29), "cpu": int(timeout) + 1,
+            head = json.dumps({"uid": (1 << 20) + secrets.randbelow(1 << 29), "cpu": _cpu(timeout),
                                "mem": mem_mb << 20, "nproc": nproc, "tmpfs": TMPFS_BYTES,
                                "keep": [d for d in PYTHON_DIRS if d.startswith("/tmp/")]}).encode()
             socket.send_fds(self.sock, [head], [in_r, out_w, err_w, code_r])
             _close(fds, in_r, out_w, err_w, code_r)
-            end = time.monotonic() + timeout
+            end = time.monotonic() + _wall(timeout)
             writes = {in_w: stdin.encode("utf-8", "replace"), code_w: code}
             out, err, closed = _pump(fds, writes, out_r, err_r, end, out_bytes)
             if closed:
                 try:
-                    return _result(out, err, int(self._reply(end - time.monotonic())), False, out_bytes)
+                    rc, cpu = self._reply(end - time.monotonic()).split()
+                    return _result(out, err, int(rc), _out_of_cpu(int(rc), float(cpu), timeout), out_bytes)
                 except (TimeoutError, ValueError):  # it closed its pipes and kept running
                     pass
             self.kill()  # the whole namespace: the program and everything it started
@@ -502,7 +545,7 @@ class Pool:
                 self.idle.put(None)
                 r = Result("", f"sandbox: worker failed: {e}", -1, False)
                 continue
-            self.idle.put(None if r.timed_out else w)  # a timed-out worker was killed: its slot is free
+            self.idle.put(w if w.proc.poll() is None else None)  # one killed at the wall cap frees its slot
             return r
         return r
 

@@ -64,15 +64,16 @@ def no_leftovers(marker, bw, before):
     pool processes are only those that were there before (a timed-out worker is gone, not replaced)."""
     assert procs_with(marker) == []
     if bw == "pool":
-        end = time.monotonic() + 3.0
+        end = time.monotonic() + 20.0
         while (extra := pool_procs(warm=False) - before) and time.monotonic() < end:
             time.sleep(0.1)
         assert extra == set()
 
 
-def procs_with(marker, grace=3.0):
+def procs_with(marker, grace=20.0):
     """Pids whose command line contains `marker` (every sandbox process carries its code in argv), after
-    up to `grace` s for SIGKILLed processes to be scheduled and finish dying on a loaded machine."""
+    up to `grace` s for SIGKILLed processes to be scheduled and finish dying on a loaded machine (the
+    leftovers these tests look for sleep 60 s: a wait this long still sees them)."""
     end = time.monotonic() + grace
     while True:
         found = []
@@ -101,11 +102,25 @@ def test_syntax_error_is_a_result(bw):
 @pytest.mark.parametrize("code", ["while True: pass",
                                   "import os, time\nos.close(1); os.close(2)\ntime.sleep(60)"],
                          ids=["busy", "closed-pipes-sleeping"])
-def test_timeout_returns_promptly(bw, code):
+def test_timeout_returns_promptly(bw, code, monkeypatch):
+    monkeypatch.setattr(sandbox, "WALL_SLACK", 1.0)  # the wall cap: 4 x 1 + 1 s
     t = time.monotonic()
     r = run(code, bw, timeout=1.0)
     assert r.timed_out and r.returncode != 0
-    assert time.monotonic() - t < 3.0
+    assert time.monotonic() - t < 30  # the program would run 60 s or forever: only a run that waits for it fails,
+    # however loaded the machine (a bound near the limit would be a verdict on the machine, not the sandbox)
+
+
+def test_a_loaded_machine_is_not_a_timeout(bw):
+    """`timeout` counts the program's CPU time, not wall time. A program that waits 2x its limit and then
+    answers (as any program does on a loaded machine, where it gets a sliver of a core) keeps its answer;
+    with a wall-clock limit (as before) it timed out: the same program's reward depended on what else ran.
+    One that burns CPU is stopped by the kernel at its limit (SIGKILL), not by the wall cap."""
+    assert run("import time\ntime.sleep(2.0)\nprint('done')", bw, timeout=1.0) == sandbox.Result("done\n", "", 0, False)
+    r = run("while True: pass", bw, timeout=1.0)
+    assert r.timed_out and r.returncode != 0
+    assert r.returncode in {"pool": (137,), "bwrap": (152,), "fallback": (1, -24)}[bw]  # the kernel's SIGKILL (to
+    # PID 1) or SIGXCPU (24; bwrap's PID 2), or unshare's exit when its child was killed; the wall cap's kill reads -9
 
 
 def test_background_child_is_not_left_behind(bw):
@@ -132,7 +147,7 @@ def test_fork_bomb_is_contained(bw, style):
     before = pool_procs()
     t = time.monotonic()
     r = run(code, bw, timeout=2.0)
-    assert r.timed_out and time.monotonic() - t < 2.0 + 4.0
+    assert r.timed_out and time.monotonic() - t < 30  # its children sleep 60 s
     no_leftovers(marker, bw, before)
     assert subprocess.run(["true"]).returncode == 0  # we can still fork
 
@@ -280,17 +295,20 @@ def test_concurrent_jobs_cannot_see_each_other():
     """Two programs of the same step, running at the same time: neither sees the other's files or
     processes (each sees only its own /tmp and its own PID 1)."""
     pool = sandbox.Pool(2)
-    names = [f"sbx-own-{uuid.uuid4().hex}" for _ in range(2)]
     code = ("import os, time, json\nname = input()\nopen('/tmp/' + name, 'w').write('x')\nt0 = time.monotonic()\n"
-            "time.sleep(0.8)\nprocs = {p: open(f'/proc/{p}/cmdline', 'rb').read().decode() for p in os.listdir('/proc') "
+            "time.sleep(2)\nprocs = {p: open(f'/proc/{p}/cmdline', 'rb').read().decode() for p in os.listdir('/proc') "
             "if p.isdigit()}\nprint(json.dumps([os.listdir('/tmp'), procs, t0, time.monotonic()]))")
     try:
         with ThreadPoolExecutor(2) as ex:
-            rs = list(ex.map(lambda n: pool.run(code, n, 10.0, 512, 64), names))
+            list(ex.map(lambda _: pool.run("import time; time.sleep(0.5)", "", 10.0, 512, 64), range(2)))  # both workers up
+            for _ in range(3):  # the premise is that they overlap; a loaded machine may start one late: again
+                names = [f"sbx-own-{uuid.uuid4().hex}" for _ in range(2)]
+                out = [json.loads(r.stdout) for r in ex.map(lambda n: pool.run(code, n, 10.0, 512, 64), names)]
+                if out[0][2] < out[1][3] and out[1][2] < out[0][3]:
+                    break
     finally:
         pool.close()
-    out = [json.loads(r.stdout) for r in rs]
-    assert out[0][2] < out[1][3] and out[1][2] < out[0][3], "the two jobs did not overlap"
+    assert out[0][2] < out[1][3] and out[1][2] < out[0][3], "the two jobs did not overlap, 3 times"
     for name, (tmp, procs, _, _) in zip(names, out):
         assert sorted(tmp) == sorted([name, *PYTHON_IN_TMP])
         assert list(procs) == ["1"]
@@ -332,10 +350,18 @@ def test_a_job_leaves_nothing_for_the_next():
 
 
 @needs_pool
-def test_a_timed_out_worker_is_replaced():
+def test_a_timed_out_worker_is_replaced(monkeypatch):
+    """At the wall cap the worker is killed and its slot starts a fresh one; a job stopped by its CPU
+    limit leaves its worker serving."""
+    monkeypatch.setattr(sandbox, "WALL_SLACK", 0.5)
     pool = sandbox.Pool(1)
     try:
-        assert pool.run("while True: pass", "", 1.0, 512, 64).timed_out
+        assert pool.run("while True: pass", "", 1.0, 512, 64).returncode == 137
+        w = pool.idle.get()
+        assert w is not None and w.proc.poll() is None, "a job out of CPU time killed its worker"
+        pool.idle.put(w)
+        r = pool.run("import time\ntime.sleep(60)", "", 0.5, 512, 64)
+        assert r.timed_out and r.returncode == -9 and w.proc.poll() is not None
         assert pool.run("print(input())", "again", 5.0, 512, 64).stdout == "again\n"
     finally:
         pool.close()
@@ -393,6 +419,15 @@ def plain(code, stdin, python=None):
 def test_every_path_is_plain_python(bw, code):
     r = run(code, bw, stdin=PLAIN[code])
     assert (r.returncode, r.stdout) == plain(code, PLAIN[code]), r.stderr
+
+
+def test_a_traceback_is_plain_pythons(bw):
+    """The traceback a failing program prints (which a task may show the model) is the one `python -I -c`
+    prints: no frame of the sandbox's own."""
+    code = "def f():\n    return 1 / 0\nf()"
+    p = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                       env={**sandbox.PATH, "LANG": "C.UTF-8"}, cwd="/", timeout=30)
+    assert (run(code, bw).stderr, p.returncode) == (p.stderr, 1)
 
 
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here")
@@ -550,7 +585,7 @@ def census():
             "tmp": len([d for d in os.listdir(tempfile.gettempdir()) if d.startswith("sbx-")])}
 
 
-def test_no_leaks_per_job(bw):
+def test_no_leaks_per_job(bw, monkeypatch):
     """200 pool jobs (40 on the slower paths) hold no more fds, threads, children or temp dirs than the first
     few: all that may appear after the warm-up is what a pool or a queue starts once per core (a worker: its
     socket and bwrap; a queue thread)."""
@@ -564,7 +599,8 @@ def test_no_leaks_per_job(bw):
     served = census()["inside"]  # the workers that served the jobs hold no more fds or mounts either
     both = set(warm["inside"]) & set(served)
     assert {p: served[p] for p in both} == {p: warm["inside"][p] for p in both} and (both or bw != "pool")
-    assert run("while True: pass", bw, timeout=0.5).timed_out  # a killed worker leaves nothing behind
+    monkeypatch.setattr(sandbox, "WALL_SLACK", 0.5)
+    assert run("import time\ntime.sleep(60)", bw, timeout=0.5).timed_out  # a worker killed at the wall cap leaves nothing
     after, slack = census(), sandbox.CORES - warm["workers"]
     assert after["workers"] <= sandbox.CORES and after["children"] <= warm["children"]
     assert after["fds"] <= warm["fds"] + slack and after["threads"] <= warm["threads"] + sandbox.CORES
