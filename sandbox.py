@@ -1,11 +1,11 @@
 """Run untrusted, model-written Python with limits. Nothing model-written runs anywhere else.
 
-Always (Linux): `timeout` is CPU time (RLIMIT_CPU, whole seconds, rounded up; the kernel SIGKILLs the
-program at it), so a verdict is the same on a loaded machine as on an idle one (a reward must not depend
-on what else runs); a wall-clock cap of WALL_FACTOR x timeout + WALL_SLACK s stops a program that sleeps
-or blocks, after which the process group (and namespace) is SIGKILLed and run() returns. Either way
-Result.timed_out is set (for the CPU limit: a non-zero exit after the limit's CPU seconds, counted
-by wait4 for the program and what it waited for). Also rlimits on address space, file size (1 MiB), open files, processes, core dumps; stdout capped at `out_bytes` (default MAX_OUTPUT; Result.truncated says it was cut) and stderr at
+Always (Linux): `timeout` is CPU time (RLIMIT_CPU, whole seconds rounded up: the kernel's SIGXCPU, then
+SIGKILL), so a verdict is the same on a loaded machine as on an idle one (a reward must not depend on
+what else runs); a wall-clock cap of WALL_FACTOR x timeout + WALL_SLACK s stops a program that sleeps or
+blocks: the process group (and namespace) is SIGKILLed and run() returns. Either way Result.timed_out is
+set. Also rlimits on address space, file size (1 MiB), open files, processes, core dumps; stdout capped
+at `out_bytes` (default MAX_OUTPUT; Result.truncated says it was cut) and stderr at
 MAX_OUTPUT while read; a stripped environment; Python isolated mode (-I).
 
 Preferred, bubblewrap (`bwrap` on PATH and passing a probe): no network (own netns, only its own
