@@ -115,7 +115,7 @@ def test_a_loaded_machine_is_not_a_timeout(bw):
     """`timeout` counts the program's CPU time, not wall time. A program that waits 2x its limit and then
     answers (as any program does on a loaded machine, where it gets a sliver of a core) keeps its answer;
     with a wall-clock limit (as before) it timed out: the same program's reward depended on what else ran.
-    One that burns CPU is stopped by the kernel at its limit (SIGKILL), not by the wall cap."""
+    One that burns CPU is stopped by the kernel at its limit (SIGXCPU or SIGKILL), not by the wall cap."""
     assert run("import time\ntime.sleep(2.0)\nprint('done')", bw, timeout=1.0) == sandbox.Result("done\n", "", 0, False)
     r = run("while True: pass", bw, timeout=1.0)
     assert r.timed_out and r.returncode != 0
@@ -409,9 +409,14 @@ PLAIN = {  # program -> stdin; each must give the (returncode, stdout) that `pyt
 }
 
 
+def host(code, stdin="", python=None):
+    """The program run by plain `python -I -c` on the host: its CompletedProcess (bytes)."""
+    return subprocess.run([python or sys.executable, "-I", "-c", code], input=stdin.encode(), capture_output=True,
+                          env={**sandbox.PATH, "LANG": "C.UTF-8"}, cwd="/", timeout=30)
+
+
 def plain(code, stdin, python=None):
-    p = subprocess.run([python or sys.executable, "-I", "-c", code], input=stdin.encode(), capture_output=True,
-                       env={**sandbox.PATH, "LANG": "C.UTF-8"}, cwd="/", timeout=30)
+    p = host(code, stdin, python)
     return p.returncode, p.stdout.decode()
 
 
@@ -425,9 +430,8 @@ def test_a_traceback_is_plain_pythons(bw):
     """The traceback a failing program prints (which a task may show the model) is the one `python -I -c`
     prints: no frame of the sandbox's own."""
     code = "def f():\n    return 1 / 0\nf()"
-    p = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
-                       env={**sandbox.PATH, "LANG": "C.UTF-8"}, cwd="/", timeout=30)
-    assert (run(code, bw).stderr, p.returncode) == (p.stderr, 1)
+    p = host(code)
+    assert (run(code, bw).stderr, p.returncode) == (p.stderr.decode(), 1)
 
 
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here")
