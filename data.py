@@ -13,7 +13,8 @@ load_math(split, data) -> [{"problem", "answer", "source"}], split "train" | "va
 load_code(split, data) -> [{"name", "problem", "kind", "tests", "reference", "entry_point"} (+ "setup")]:
     data=None       train/val: CodeContests train/valid; test: LiveCodeBench release_v{LCB_RELEASE}
     a CODE_HUB name one of those sets, or APPS (train/test)
-    "humaneval"     the 164 HumanEval problems, for any split (it is an evaluation set)
+    "humaneval"     the 164 HumanEval problems, test split only (an evaluation set never feeds training:
+                    --data offline splits it by task number)
     "offline"       train: data/code_stdin.jsonl + HumanEval/n with n % 5 >= 2; val n % 5 == 1; test n % 5 == 0
     a path          a JSONL of records in the normalised format (every split gets all; "split:" + path as above)
 Loads are cached: each call returns the same list, treat it as read-only. A hub set that cannot be loaded
@@ -365,7 +366,9 @@ CODE_DEFAULT = {"train": "deepmind/code_contests", "val": "deepmind/code_contest
 def _humaneval(rec):
     """A HumanEval record -> function kind: each top-level statement of check() that asserts on
     `candidate` is one test (with `candidate` renamed to the entry point); the prompt and the rest are
-    setup (it runs in the judge only: some of it, like HumanEval/151's odd_sum, is an expected value)."""
+    setup (it runs in the judge only: some of it, like HumanEval/151's odd_sum, is an expected value).
+    "header" is the prompt: a program runs after it, as the standard harness runs prompt + completion, so
+    a completion may use the prompt's imports (List) or be the function's body alone."""
     entry, tree = rec["entry_point"], ast.parse(rec["test"])
 
     class Rename(ast.NodeTransformer):
@@ -387,7 +390,7 @@ def _humaneval(rec):
     # the prompt goes first: its helpers (poly, encode_cyclic, encode_shift) serve the tests from the
     # judge, not the program's own copies (a program could redefine them)
     return {"name": rec["task_id"], "problem": rec["prompt"], "kind": "function", "tests": tests,
-            "reference": rec["prompt"] + rec["canonical_solution"], "entry_point": entry,
+            "reference": rec["prompt"] + rec["canonical_solution"], "entry_point": entry, "header": rec["prompt"],
             "setup": "\n".join([rec["prompt"]] + setup) + "\n"}
 
 
@@ -430,6 +433,9 @@ def load_code(split, data=None):
         return list(_from_hub(data, norm, split=src if isinstance(src, str) else "train",
                               files=None if isinstance(src, str) else src, columns=columns).values())
     if data == "humaneval":
+        if split != "test":
+            raise ValueError(f"humaneval serves split(s) test, not {split!r} (it is an evaluation set): train on "
+                             "--data offline, which splits HumanEval by task number")
         return _humaneval_all()
     if data == "offline":
         he = [p for p in _humaneval_all() if HUMANEVAL_SPLIT.get(int(p["name"].split("/")[1]) % 5, "train") == split]
@@ -500,6 +506,7 @@ def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
         out_bytes = min(MAX_OUT_BYTES, 2 * max(map(len, expected), default=0) + sandbox.MAX_OUTPUT)
     else:
         setup, entry = problem.get("setup") or "", problem.get("entry_point")
+        program = (problem.get("header") or "") + program  # HumanEval: prompt + completion (see _humaneval)
         judge = (f"PROGRAM = {program!r}\nENTRY = {entry if isinstance(entry, str) else None!r}\n"
                  f"PRELUDE = {PRELUDE if setup.startswith(PRELUDE) else ''!r}\n{_JUDGE}")
         # the secrets travel on stdin, read by the judge after it forked the program's process

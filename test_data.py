@@ -205,6 +205,30 @@ def test_first_failure_stops_early_and_never_passes_a_failing_program(monkeypatc
     assert r.passed == 0 and len(runs) <= sandbox.CORES < len(q["tests"])  # the ones already started, no more
 
 
+
+def test_humaneval_runs_prompt_plus_completion_as_the_standard_harness():
+    """human-eval runs prompt + completion + tests: a completion may use the prompt's imports (List) or be
+    the function's body alone. The prompt's stub (it returns None) must not make a wrong answer pass."""
+    p = data.load_code("test", "humaneval")[0]  # the prompt imports List; the completion below does not
+    full = ("def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+            "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n")
+    assert data.run_tests(full, p).ok
+    assert data.run_tests(full.split("\n", 1)[1], p).ok  # the body alone, as human-eval's samples are
+    assert data.run_tests(p["reference"], p).ok
+    assert data.run_tests(full.replace("return any", "return not any"), p).passed == 0  # wrong on every test
+    assert data.run_tests("# nothing here\n", p).passed == 0
+    assert data.run_tests("", p).failures == ["empty program"]
+
+
+def test_humaneval_never_feeds_training():
+    """HumanEval is an evaluation set: --data humaneval serves its test split only (one-line error
+    elsewhere, naming the fix); --data offline splits it by task number."""
+    assert len(data.load_code("test", "humaneval")) == 164
+    for split in ("train", "val"):
+        with pytest.raises(ValueError, match=r"serves split\(s\) test.*--data offline") as e:
+            data.load_code(split, "humaneval")
+        assert "\n" not in str(e.value)
+
 def test_shipped_stdin_problems_and_readable_failures():
     probs = [p for p in data.load_code("train", "offline") if p["kind"] == "stdin"]
     assert len(probs) >= 8
