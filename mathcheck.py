@@ -1,13 +1,16 @@
 """Math answer checking: is a model's answer the same value as the gold answer?
 
 extract_boxed(text) -> the content of the last \\boxed{...} in a completion, or None.
-math_equal(pred, gold) -> bool. An answer is ONE value: `x = 7` is the value 7, but a chain `1233 = 1234`,
-numbers side by side `1 2 3 4`, or `1234%` against 1234 are not the gold's value (math_verify alone would
-take the last side, sum the list, drop the percent). Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%)
-compare exactly in-process; anything else goes to math_verify in a helper process with a hard limit on
-its CPU time (safe from any thread, cannot hang a caller, and the same verdict on a loaded machine as on
-an idle one); a pool of helpers serves threads at once. Verdicts are cached; a helper that runs out of
-time gives no verdict: that call says False, and the pair is asked again next time.
+math_equal(pred, gold) -> bool. An answer is ONE value: `x = 7` is the value 7, but a chain `1233 = 1234`
+or numbers side by side `1 2 3 4` are not the gold's value (math_verify alone would take the last side or
+sum the list). The forms the usual graders (MATH's, Qwen's) accept count: a percent `25%` is 25 or 0.25
+(not 2500); a short name `AB = 5`, `x_1 = 5`, `\\angle A = 30^\\circ` (1-4 letters) names the value;
+`n = 2 \\text{ or } n = 3` is `2, 3`; `\\$` and `$` are dropped; `1\\,000` and `1{,}000` are 1000. Plain
+numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%) compare exactly in-process; anything else goes to math_verify
+in a helper process with a hard limit on its CPU time (safe from any thread, cannot hang a caller, and
+the same verdict on a loaded machine as on an idle one); a pool of helpers serves threads at once.
+Verdicts are cached; a helper that runs out of time gives no verdict: that call says False, and the pair
+is asked again next time.
 
     python -m pytest -q test_mathcheck.py
 """
@@ -66,15 +69,20 @@ def _clean(s):
         return ""
     s = s.strip()
     inner = extract_boxed(s) if s.startswith("\\boxed") else None
-    s = (inner if inner is not None else s).strip().strip("$").strip()
+    s = (inner if inner is not None else s).replace("\\$", "").replace("$", "").strip()  # \$18.90 is 18.90; and
+    # no math mode left for math_verify to pick one value out of (`$5$ and $6$` would read as 6)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\!", "").replace("\\%", "%")
-    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s):  # 1,000 is a thousands separator, not a tuple
-        s = s.replace(",", "")
+    s = re.sub(r"\^\s*(\{\s*\\circ\s*\}|\\circ)$", "", s)  # 30^\circ is 30 (as MATH's grader reads it)
+    s = re.sub(rf"(?:{SPACE})?(?:\\(?:text|textrm|mbox|mathrm)\{{\s*or\s*\}}|\bor\b)(?:{SPACE})?", ", ", s)  # 2 or 3: 2, 3
+    t = re.sub(r"\\,|\{,\}", ",", s)  # 1\,000 and 1{,}000 are LaTeX's 1,000
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?%?", t):  # 1,000 is a thousands separator, not a tuple
+        s = t.replace(",", "")
     return s
 
 
 def _number(s):
-    """Exact value of a plain number, a/b or \\frac{a}{b}, each maybe a percent; None for anything else."""
+    """(exact value, is a percent) of a plain number, a/b or \\frac{a}{b}, each maybe a percent (`50%`: 50,
+    True); None for anything else."""
     percent = s.endswith("%")
     s = s[:-1].rstrip() if percent else s
     m = re.fullmatch(r"([-+]?)\\frac\{(\d+)\}\{(\d+)\}", s)
@@ -83,12 +91,13 @@ def _number(s):
     if len(s) > 60 or not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?", s):
         return None
     try:
-        return Fraction(s) / (100 if percent else 1)  # 1234% is 12.34, not 1234
+        return Fraction(s), percent
     except (ValueError, ZeroDivisionError):
         return None
 
 
-NAME = r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([^()=]*\))?"  # what `NAME = value` may name: x, x_1, \theta, f(x)
+# what `NAME = value` may name: x, x_1, \theta, f(x), a segment or polygon AB, ABCD (1-4 letters), \angle A
+NAME = r"(?:(?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Za-z]{1,4}|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([^()=]*\))?"
 EQ = r"(?<![<>!=])=(?!=)"  # an equals sign (not <=, >=, !=, ==)
 SPACE = r"(?:\s|~|\\[ ,;:]|\\q?quad)+"  # plain and LaTeX spacing
 
@@ -256,8 +265,12 @@ def math_equal(pred, gold):
                 return False
         a, b = _number(p), _number(g)
         if a is not None and b is not None:
-            return a == b
-        if ("%" in p) != ("%" in g):  # x% is not x
+            (x, x_pct), (y, y_pct) = a, b
+            if x_pct == y_pct:
+                return x == y
+            x, y = (x, y) if x_pct else (y, x)  # x%: the percent side
+            return y in (x, x / 100)  # 25% is 25 or 0.25, as MATH's and Qwen's graders take it; not 2500
+        if ("%" in p) != ("%" in g):  # a percent of a non-number: math_verify would just drop the sign
             return False
         return _verified(p, g)
     except Exception:

@@ -120,8 +120,8 @@ def test_data_reexports_the_checker():  # callers (task_math, tests) still say d
 # ---- an answer is ONE value (issue 23) ------------------------------------------------------------
 # Each of these was accepted: math_verify reads the last side of an equation, drops a percent sign and
 # sums numbers that stand side by side. Checked both ways round (the tool-vs-reasoner check is symmetric).
+# (`1234%` against 1234 was here too: since issue 31 a percent is x or x/100, as MATH's and Qwen's graders read it)
 NOT_ONE_VALUE = [("1233 = 1234", "1234"), ("x = 1233 = 1234", "1234"), ("x = 1233 = 1234", "x = 1234"), ("2x+1 = 7", "7"),
-                 ("1234%", "1234"), (r"1234\%", "1234"), (r"1234 \%", "1234"), ("50", r"50\%"),
                  ("1 2 3 4", "10"), ("4 6", "10"), (r"1\ 2\ 3\ 4", "10"), (r"1\quad 2\quad 3\quad 4", "10"), (r"1 \; 2 \; 3 \; 4", "10")]
 # ... while every form of the right value stays right (all accepted before; `x = 7` is the value 7)
 ONE_VALUE = [("x = 7", "7"), ("x=7", "x = 7"), ("x_{1} = 7", "7"), ("x = -7", "-7"), ("f(x) = x^2", "x^2"), (r"\theta = 7", "7"),
@@ -201,3 +201,33 @@ def test_a_loaded_machine_is_not_a_slow_answer():
     machine, where the helper gets a sliver of a core) 4x its CPU budget and then answers keeps its verdict.
     A wall-clock alarm (ITIMER_REAL, as before) says '?' here: the reward would depend on the machine."""
     assert helper_reply("lambda p, g: (time.sleep(1.2), True)[1]") == ["1"]
+
+
+# ---- right answers the usual graders accept (issue 31) --------------------------------------------
+# Each of these was scored wrong: a percent against its number, a segment or angle named by more than one
+# letter, two values joined by "or", a dollar sign, LaTeX thousands separators. Checked both ways round.
+GRADERS_ACCEPT = [(r"25\%", "25"), ("25%", "25"), ("50", r"50\%"), (r"1234 \%", "1234"), (r"12.5\%", "0.125"),
+                  (r"\frac{1}{2}\%", "0.005"), ("AB = 5", "5"), ("BC=12", "12"), ("x_1 = 3", "3"), ("ABCD = 20", "20"),
+                  (r"\angle A = 30^\circ", "30"), (r"\angle ABC = 30^{\circ}", "30"), (r"m\angle A = 30", "30^\circ"),
+                  (r"n = 2 \text{ or } n = 3", "2, 3"), ("n = 2 or n = 3", "2, 3"), (r"2 \text{ or } 3", "2, 3"),
+                  (r"\$18.90", "18.90"), (r"$\$18.90$", "18.9"), (r"\$1{,}000", "1000"),
+                  (r"1\,000", "1000"), (r"1{,}000", "1000"), (r"1\,234\,567.5", "1234567.5"), (r"-1{,}000", "-1000")]
+# ... while each of their near misses stays wrong: a chain, a different value, numbers side by side,
+# a percent that is neither x nor x/100, a separator that does not group by thousands
+GRADERS_REJECT = [("AB = 5 = 6", "6"), ("AB = 5 = 6", "5"), ("AB = 5", "6"), ("BC=12", "13"), ("x = 7 = 8", "8"),
+                  (r"\angle A = 30^\circ", "60"), (r"\angle A = 30 = 60", "60"), ("ABCDEFG = 20", "20"),
+                  (r"25\%", "26"), (r"25\%", "0.26"), (r"25\%", "2500"), ("25%", r"0.25\%"), (r"50\%", "5"), ("50%%", "50"),
+                  (r"1\,000", "1"), (r"1{,}000", "1"), (r"1\,00", "100"), (r"1{,}00", "100"), (r"1\,0000", "10000"),
+                  (r"\$18.90", "18.9 0"), (r"\$18.90", "18.91"), (r"\$18 90", "1890"), ("$5$ and $6$", "6"),
+                  (r"n = 2 \text{ or } n = 3", "2"), (r"n = 2 \text{ or } n = 3", "3"), (r"2 \text{ or } 3", "2, 4"),
+                  (r"1233 \text{ or } 1234", "1234"), ("1233 or 1234", "1234")]
+
+
+@pytest.mark.parametrize("pred, gold", GRADERS_ACCEPT)
+def test_the_graders_forms_of_the_right_value_count(pred, gold):
+    assert mathcheck.math_equal(pred, gold) is True and mathcheck.math_equal(gold, pred) is True
+
+
+@pytest.mark.parametrize("pred, gold", GRADERS_REJECT)
+def test_near_misses_of_the_graders_forms_stay_wrong(pred, gold):
+    assert mathcheck.math_equal(pred, gold) is False and mathcheck.math_equal(gold, pred) is False
