@@ -9,8 +9,9 @@ sum the list). The forms the usual graders (MATH's, Qwen's) accept count: a perc
 numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%) compare exactly in-process; anything else goes to math_verify
 in a helper process with a hard limit on its CPU time (safe from any thread, cannot hang a caller, and
 the same verdict on a loaded machine as on an idle one); a pool of helpers serves threads at once.
-Verdicts are cached; a helper that runs out of time gives no verdict: that call says False, and the pair
-is asked again next time.
+Verdicts are cached, and so is a request that ran out of its CPU budget (as wrong: CPU time is the same on
+every machine, so it would run out again); a helper that stalls past the wall bound or dies gives no
+verdict: that call says False, and the pair is asked again next time.
 
     python -m pytest -q test_mathcheck.py
 """
@@ -129,16 +130,17 @@ def _out_of_time(signum, frame):
     raise _OutOfTime
 
 
-def _serve():
+def _serve(budget=None):
     """The helper process: one JSON [pred, gold] per stdin line, one line back: 1 (equal), 0 (not equal)
-    or ? (no verdict: the request ran out of CPU time, which says nothing about the answer)."""
+    or ? (the request ran out of its CPU time, 3 x `budget` seconds, default VERIFY_TIMEOUT)."""
+    budget = VERIFY_TIMEOUT if budget is None else budget
     out, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the protocol
     _verify_here("1", "1")  # import and warm up before "ready": startup is not a timeout
     signal.signal(signal.SIGPROF, _out_of_time)  # signals land on the main thread: this one
     print("ready", file=out, flush=True)
     for line in sys.stdin:
         try:
-            signal.setitimer(signal.ITIMER_PROF, 3 * VERIFY_TIMEOUT)  # this process's CPU time (user + system)
+            signal.setitimer(signal.ITIMER_PROF, 3 * budget)  # this process's CPU time (user + system)
             reply = int(_verify_here(*json.loads(line)))
         except _OutOfTime:
             reply = "?"
@@ -174,13 +176,14 @@ class _Verifier:
         return self.verdict(pred, gold, limit) is True
 
     def verdict(self, pred, gold, limit=None):
-        """True or False, or None for no verdict: out of time, stalled past `limit`, dead, or not started."""
+        """True or False (also when the request ran out of its CPU budget: the same on every machine, so
+        the same next time), or None for no verdict: stalled past `limit`, dead, or not started."""
         with self.lock:  # one request at a time on the one pipe
             try:
                 if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
                     self.proc, self.pid = None, os.getpid()  # a forked child never talks to its parent's helper
                     self.proc = subprocess.Popen(
-                        [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import mathcheck; mathcheck._serve()"],
+                        [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import mathcheck; mathcheck._serve({VERIFY_TIMEOUT!r})"],
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                     if self._read(120) != "ready":
                         raise RuntimeError("math_verify helper did not start")
@@ -189,7 +192,7 @@ class _Verifier:
                 reply = self._read(VERIFY_LIMIT if limit is None else limit)
                 if reply not in ("1", "0", "?"):  # "": it died mid-request
                     raise RuntimeError(f"math_verify helper said {reply!r}")
-                return {"1": True, "0": False}.get(reply)
+                return reply == "1"
             except Exception:
                 self.close()
                 return None
@@ -250,7 +253,7 @@ def math_equal(pred, gold):
     a helper process (see _Verifier; up to VERIFY_HELPERS threads at once, see _VerifierPool). Safe from
     any thread; never raises; at most 9 s of the helper's CPU time for a pathological input (VERIFY_LIMIT,
     60 s of wall time, for one that hangs in C code; plus any wait for a free helper); False when the
-    helper gives no verdict, without caching it."""
+    helper gives no verdict (stalled or dead), without caching it; out of CPU is wrong, and cached."""
     try:
         p, g = _clean(pred), _clean(gold)
         if not p or not g or len(p) > MAX_ANSWER or len(g) > MAX_ANSWER:  # an "answer" that long is not one

@@ -192,7 +192,8 @@ def helper_reply(verify):
 def test_a_helper_out_of_time_says_no_verdict_rather_than_no():
     """math_verify's own timeouts used to come back as 0 ("not equal"): under load a slow parse would be
     cached as a wrong answer. The helper's time per request is one CPU timer; running out of it (a parse
-    that burns CPU without end) is no verdict."""
+    that burns CPU without end) is its own reply, '?' (the caller caches it as wrong: CPU time is the
+    same on every machine; test_out_of_cpu_is_cached_as_wrong)."""
     assert helper_reply("lambda p, g: [0 for _ in iter(int, 1)]") == ["?"]
 
 
@@ -231,3 +232,26 @@ def test_the_graders_forms_of_the_right_value_count(pred, gold):
 @pytest.mark.parametrize("pred, gold", GRADERS_REJECT)
 def test_near_misses_of_the_graders_forms_stay_wrong(pred, gold):
     assert mathcheck.math_equal(pred, gold) is False and mathcheck.math_equal(gold, pred) is False
+
+
+def test_out_of_cpu_is_cached_as_wrong(monkeypatch):
+    """Running out of the helper's CPU budget is deterministic (CPU time, not wall time: issue 31), so that
+    answer is cached as wrong: the K samples of a group that repeat it do not each pay the budget again (it
+    was asked again on every call, 13-15 s each for 9^{9^{9}}). A stall or a dead helper stays uncached
+    (test_a_stalled_helper_is_not_remembered_as_wrong). The budget is the caller's VERIFY_TIMEOUT, here 0.02
+    CPU-s a step, which this power tower (seconds of CPU) overruns on any machine."""
+    monkeypatch.setattr(mathcheck, "VERIFY_TIMEOUT", 0.02)
+    pool = mathcheck._VerifierPool(size=1)
+    monkeypatch.setattr(mathcheck, "_VERIFIER", pool)
+    mathcheck._verified.cache_clear()
+    asked, real = [], pool.verdict
+    monkeypatch.setattr(pool, "verdict", lambda *a, **k: asked.append(a) or real(*a, **k))
+    try:
+        assert mathcheck.math_equal("9^{9^{9}}", "5") is False
+        assert mathcheck.math_equal("9^{9^{9}}", "5") is False
+        assert len(asked) == 1  # the helper was asked once
+        assert pool.helpers[0].proc.poll() is None  # and ran out of CPU, answering '?': it was not killed
+    finally:
+        for h in pool.helpers:
+            h.close()
+        mathcheck._verified.cache_clear()
