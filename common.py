@@ -88,8 +88,8 @@ def parse_args(ap, argv):
     args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     if args.max_tokens <= 0:
         die(f"--max_tokens must be positive, got {args.max_tokens}")
-    try:  # the task checks its own options
-        roles = make_env(args, "train", 0).roles
+    try:  # the task checks its own options (train.py --plan: from its class, no problem built, no data loaded)
+        roles = task_roles(args) if getattr(args, "plan", False) else make_env(args, "train", 0).roles
     except (ValueError, RuntimeError) as e:
         die(str(e))
     args.role_sampling = role_sampling(args.role_sampling, roles, args.max_tokens)
@@ -127,6 +127,12 @@ def role_sampling(specs, roles, max_tokens):
 def make_env(args, split, index):
     """Problem `index` of a split of the task named by the flags, with the task's options from them."""
     return envs.make(args.task, split, index, **envs.task_options(args.task, args))
+
+
+def task_roles(args):
+    """The roles of the task named by the flags, from its class alone (options checked; no dataset load)."""
+    cls = envs.task_class(args.task)
+    return cls.ROLES[cls.resolve(envs.task_options(args.task, args))["workflow"]]
 
 
 def problem_count(args, split):

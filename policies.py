@@ -570,10 +570,12 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
         gn = gn.full_tensor() if is_dtensor(gn) else gn
         if not (math.isfinite(red[0]) and torch.isfinite(gn)):
             warnings.warn(f"policy {policy.name}: non-finite loss/grad ({red[0]}, {gn}); step skipped")
-            policy.opt.zero_grad(set_to_none=False)
             m["skipped_steps"] += 1
         else:
             policy.opt.step()
+        # freed, not zeroed: the rollout after the update holds no gradients (a model's worth of memory);
+        # the next mini-batch makes them again
+        policy.opt.zero_grad(set_to_none=True)
         m["loss"] += red[0] / n_mini
         m["grad_norm"] = max(m["grad_norm"], float(gn))
         for k, v in zip(names, red[1:]):

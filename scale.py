@@ -131,7 +131,8 @@ def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_toke
     in bf16 (or fp32) on every rank. Activations: one micro-batch of micro_tokens tokens (all of them
     response tokens: the worst case for the logits). engine_bytes: what the engine holds during the
     update (0 with --sleep 1); rollout_bytes: what it holds during the rollout (its share, and per-role
-    replicas); "total" is the larger of the two phases."""
+    replicas) beside the trainer's weights and AdamW moments (gradients are freed after each step);
+    "total" is the larger of the two phases."""
     N, L, V, H = n_params(cfg), cfg.num_hidden_layers, cfg.vocab_size, cfg.hidden_size
     b = 2 if bf16 else 4
     store = 4 if fsdp else b  # bytes per stored parameter (and gradient, and each AdamW moment)
@@ -139,8 +140,10 @@ def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_toke
     part = {}
     if lora_rank:  # one frozen base, one adapter per policy (params, grads, 2 moments in fp32)
         part["trainer state"] = N * store / shard + policies * lora_params(cfg, lora_rank) * 16 / shard
+        held = N * store / shard + policies * lora_params(cfg, lora_rank) * 12 / shard
     else:
         part["trainer state"] = policies * N * 4 * store / shard
+        held = policies * N * 3 * store / shard
     if kl and not lora_rank:
         part["KL reference"] = policies * N * b
     if fsdp:  # gathered compute copies + unsharded gradients of two layers, and the root (embeddings, lm_head)
@@ -157,8 +160,9 @@ def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_toke
     if engine_bytes:
         part["engine"] = engine_bytes
     update = sum(part.values())
-    if rollout_bytes:  # the rollout holds the trainer's state and the engine, no activations
-        part["rollout phase"] = part["trainer state"] + part.get("KL reference", 0) + rollout_bytes
+    if rollout_bytes:  # the rollout holds weights, AdamW's moments and the engine: no activations, and no
+        # gradients (policies.update frees them after each optimiser step)
+        part["rollout phase"] = held + part.get("KL reference", 0) + rollout_bytes
     part["total"] = max(update, part.get("rollout phase", 0))
     return part
 

@@ -64,7 +64,10 @@ def test_plan_by_part_known_answers():
     assert b < a / 5  # checkpointing keeps layer inputs and one layer's activations
     assert scale.plan(cfg, logp_chunk=0)["logits"] == 8 * scale.plan(cfg, logp_chunk=1024)["logits"]
     p = scale.plan(cfg, engine_bytes=0, rollout_bytes=100 * scale.GiB)
-    assert p["total"] == p["rollout phase"] == p["trainer state"] + 100 * scale.GiB
+    # the rollout holds weights and AdamW's moments, no gradients (update() frees them after each step)
+    assert p["total"] == p["rollout phase"] == p["trainer state"] * 3 / 4 + 100 * scale.GiB
+    p = scale.plan(cfg, policies=2, lora_rank=16, world=8, rollout_bytes=scale.GiB)
+    assert p["rollout phase"] == N * 4 / 8 + 2 * scale.lora_params(cfg, 16) * 12 / 8 + scale.GiB
 
 
 def test_plan_against_the_h200_measurements():
@@ -133,3 +136,15 @@ def test_every_part_of_the_scale_bench_runs(tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r.get("error") for r in rows] == [None] * len(rows), rows
     assert sorted({r["part"] for r in rows}) == ["logits", "row", "update"] and len(rows) == 5  # 2 chunkings, 2 attentions, 1
+
+
+def test_plan_needs_no_datasets_and_no_download():
+    """--plan on a CPU install: math and code with a hub id plan from the config alone, with `datasets`
+    unimportable and the hub offline (no dataset load, no download)."""
+    for task in ("math", "code"):
+        code = ("import sys; sys.modules['datasets'] = None; import train; "
+                f"train.main(['--task', '{task}', '--policies', 'per-role', '--model', 'Qwen/Qwen3-1.7B', '--plan', "
+                "'--sleep', '1', '--grad_ckpt', '1'])")
+        r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+        assert r.returncode == 0 and "fits in 80 GiB" in r.stdout, (task, r.stdout[-1500:] + r.stderr[-1500:])

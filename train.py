@@ -40,7 +40,7 @@ import tiny
 import track
 from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, append_lines, barrier, die,
                     init_distributed, kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args,
-                    problem_count, rng_states, save_checkpoint, set_rng_states, trim_metrics, write_json)
+                    problem_count, rng_states, save_checkpoint, set_rng_states, task_roles, trim_metrics, write_json)
 
 
 def get_args(argv=None):
@@ -125,7 +125,7 @@ def get_args(argv=None):
     if args.model != "tiny" and not os.path.isdir(args.model):
         if args.model.count("/") != 1 or args.model.startswith((".", "/", "~")):  # not a hub id either
             die(f"model path {args.model!r} does not exist")
-    roles = make_env(args, "train", 0).roles
+    roles = task_roles(args) if args.plan else make_env(args, "train", 0).roles  # --plan loads no data
     if args.policies == "per-role" and len(roles) < 2:
         die(f"--policies per-role needs several roles; task {args.task} (workflow {args.workflow}) has {roles}")
     if args.sleep and not args.plan and (args.device != "cuda" or args.engine != "vllm"):
@@ -135,7 +135,8 @@ def get_args(argv=None):
         die(f"--problems {args.problems} must be divisible by the number of ranks {world}")
     if args.fsdp < 0:  # FSDP under torchrun and on one GPU alike, so one GPU and eight run the same code
         args.fsdp = int("RANK" in os.environ or args.device == "cuda" or args.plan)  # --plan plans for GPUs
-    args.eval_n = min(args.eval_n, problem_count(args, "test") or args.eval_n)  # a dataset has so many
+    if not args.plan and args.eval_n > 0:  # a dataset has so many (its test set is read only by a run that evaluates)
+        args.eval_n = min(args.eval_n, problem_count(args, "test") or args.eval_n)
     return args
 
 
@@ -197,26 +198,47 @@ def push_weights(engine, sampler, policies, dtype, replicas, world):
             replicas[name] = dict(policy.engine_weights(dtype))
 
 
-def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world):
-    """Held-out success under the task's protocol (eval.py's). Each rank plays its own slice of the test
-    problems; results are summed over ranks. Sampling is seeded on its own and leaves the training
-    streams and the engine's prefix cache as they were: a run trains the same with or without evals."""
-    per = (args.eval_n + world - 1) // world
-    lo, hi = rank * per, min(args.eval_n, (rank + 1) * per)
+def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chosen):
+    """Held-out success under the task's protocol (eval.py's), on the problems `chosen()` names
+    (rollout.eval_problems: eval.py's for the same n; computed at the first evaluation, so a run that
+    never evaluates never loads its test set). Each rank plays its own slice; results are summed over
+    ranks: pooled success and, per benchmark, by_source (eval.py's fields). Sampling is seeded on its own
+    and leaves the training streams and the engine's prefix cache as they were: a run trains the same
+    with or without evals."""
+    problems = chosen()
+    per = (len(problems) + world - 1) // world
+    mine = problems[rank * per:(rank + 1) * per]
     # a role's max_tokens is part of the workflow; its training temperature is not (the protocol's is used)
     train_overrides = sampler.overrides
     sampler.overrides = {r: {k: v for k, v in o.items() if k == "max_tokens"} for r, o in train_overrides.items()}
-    r = rollout.evaluate(lambda i: make_env(args, "test", lo + i), hi - lo, sampler, proto["temperature"],
+    r = rollout.evaluate(lambda j: make_env(args, "test", mine[j][0]), len(mine), sampler, proto["temperature"],
                          args.max_tokens, proto["samples"], max_prompt_tokens, seed=args.seed + rank,
                          workers=args.env_workers)
     sampler.overrides = train_overrides
     engine.reset_cache()
-    episodes, n, passk = r["episodes"], hi - lo, f"pass@{proto['samples']}"
-    s = all_reduce_sums({"wins": r["success"] * episodes, "pass": r.get(passk, 0.0) * n,
-                         "turns": r.get("turns", 0.0) * episodes, "tokens": r.get("tokens", 0),
-                         "episodes": episodes, "n": n})
-    return {"success": s["wins"] / max(1.0, s["episodes"]), passk: s["pass"] / max(1.0, s["n"]),
-            "turns": s["turns"] / max(1.0, s["episodes"]), "tokens": int(s["tokens"])}
+    episodes, passk = r["episodes"], f"pass@{proto['samples']}"
+    sums = {"wins": r["success"] * episodes, "turns": r.get("turns", 0.0) * episodes, "tokens": r.get("tokens", 0),
+            "episodes": episodes}
+    # per benchmark (every rank names every one of the selection): problems, sum and sum of squares of
+    # their successes (mean and standard error), problems passed; "" pools them
+    sources = [""] + list(dict.fromkeys(s for _, s in problems if s is not None))
+    mine_src = r.get("sources") or [None] * len(mine)
+    for src in sources:
+        xs = [x for x, t in zip(r.get("per_problem", []), mine_src) if src in ("", t)]
+        sums.update({f"{src}\0n": len(xs), f"{src}\0sum": sum(xs), f"{src}\0sq": sum(x * x for x in xs),
+                     f"{src}\0pass": sum(x > 0 for x in xs)})
+    s = all_reduce_sums(sums)
+
+    def stats(src):
+        n, total = s[f"{src}\0n"], s[f"{src}\0sum"]
+        var = max(0.0, s[f"{src}\0sq"] - total * total / n) / (n - 1) if n > 1 else 0.0
+        return {"n": int(n), "success": total / n, "success_se": (var / n) ** 0.5, passk: s[f"{src}\0pass"] / n}
+    out = {"success": s["wins"] / max(1.0, s["episodes"]), passk: stats("")[passk] if s["\0n"] else 0.0,
+           "success_se": stats("")["success_se"] if s["\0n"] else 0.0,
+           "turns": s["turns"] / max(1.0, s["episodes"]), "tokens": int(s["tokens"])}
+    if len(sources) > 1:
+        out["by_source"] = {src: stats(src) for src in sources[1:] if s[f"{src}\0n"]}
+    return out
 
 
 def step_metrics(step, samples, finals, roles, updates, policies):
@@ -336,7 +358,7 @@ def plan_run(args):
     world = int(os.environ.get("WORLD_SIZE", 1))
     bf16 = args.dtype == "bfloat16" or args.device == "cpu"
     n, b = scale.n_params(cfg), 2 if bf16 else 4
-    names = P.policy_names(make_env(args, "train", 0).roles, args.policies)
+    names = P.policy_names(task_roles(args), args.policies)
     share = args.gpu_memory_utilization * args.plan_gpu_gib * scale.GiB if args.engine == "vllm" else n * b
     replicas = len(names) * n * b if world > 1 and len(names) > 1 and not args.lora_rank else 0
     ok = scale.print_plan(cfg, args.model, args.plan_gpu_gib, policies=len(names), lora_rank=args.lora_rank, world=world,
@@ -409,7 +431,8 @@ def eval_before(args, run_eval, proto, start, master, log):
     summary["success_before"] = (summary["eval"].get("before") or {}).get("success")
     if master and start == 0:  # kept now: a run killed later resumes with it
         write_json(summary_path, summary)
-    log(f"held-out success before training: {summary['success_before']} ({proto['metric']}, {args.eval_n} test problems)")
+    log(f"held-out success before training: {summary['success_before']} ({proto['metric']}, {args.eval_n} test problems"
+        f"{benchmark_line(summary['eval'].get('before'))})")
     return summary
 
 
@@ -463,14 +486,28 @@ def record_step(args, m, samples, roles, tracker, log):
         tracker.samples(m["step"], rows)
 
 
+def benchmark_line(ev):
+    """', pooled over: aime24 0.100 +- 0.055 (30), ...': each benchmark of an evaluation with several."""
+    by = (ev or {}).get("by_source") or {}
+    return "" if len(by) < 2 else ", pooled over: " + ", ".join(
+        f"{src} {b['success']:.3f} +- {b['success_se']:.3f} ({b['n']})" for src, b in by.items())
+
+
 def finish(args, summary, run_eval, proto, t_start, master, tracker, log):
     """The held-out evaluation after training, summary.json, and where everything went."""
     kill_point("eval_after", args.steps)
     if args.eval_n:
         summary["eval"]["after"] = run_eval()
         summary["success_after"] = summary["eval"]["after"]["success"]
+        before, after = (summary["eval"].get(w) or {} for w in ("before", "after"))
+        if after.get("by_source"):  # the paper's columns; success_before/after pool them
+            summary["benchmarks"] = {src: {"n": b["n"], "after": b["success"], "after_se": b["success_se"],
+                                           **({"before": before["by_source"][src]["success"],
+                                               "before_se": before["by_source"][src]["success_se"]}
+                                              if src in before.get("by_source", {}) else {})}
+                                     for src, b in after["by_source"].items()}
         log(f"held-out success after training: {summary['success_after']:.3f} "
-            f"(before: {summary['success_before']}; {proto['metric']})")
+            f"(before: {summary['success_before']}; {proto['metric']}{benchmark_line(after)})")
     summary["wall_s"] = round(time.time() - t_start, 1)
     if master:
         write_json(os.path.join(args.out_dir, "summary.json"), summary)
@@ -529,7 +566,10 @@ def main(argv=None):
 
     # ---- evaluation before training (a resumed run keeps its first one, if made the same way)
     proto = rollout.eval_protocol(args.task)  # eval.py's: the numbers are comparable
-    run_eval = functools.partial(evaluate, args, sampler, engine, proto, max_prompt_tokens, rank, world)
+    # the held-out problems: every benchmark's share of --eval_n, eval.py's; the test set is read at the first evaluation
+    chosen = functools.cache(lambda: rollout.eval_problems(lambda i: make_env(args, "test", i), problem_count(args, "test"),
+                                                           args.eval_n))
+    run_eval = functools.partial(evaluate, args, sampler, engine, proto, max_prompt_tokens, rank, world, chosen)
     summary = eval_before(args, run_eval, proto, start, master, log)
 
     # ---- random streams. They start here, after everything that seeds or draws at start-up (vLLM
@@ -549,7 +589,10 @@ def main(argv=None):
                                 rank, world, max_prompt_tokens)
         # 5. evaluation, metrics, log, checkpoint
         if args.eval_n and args.eval_every and (step + 1) % args.eval_every == 0:
-            m["eval/success"] = run_eval()["success"]
+            ev = run_eval()
+            m["eval/success"] = ev["success"]  # pooled; eval/<benchmark> each one when there are several
+            if len(ev.get("by_source", ())) > 1:
+                m.update({f"eval/{src}": b["success"] for src, b in ev["by_source"].items()})
         if master:
             record_step(args, m, samples, roles, tracker, log)
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.steps:
