@@ -265,12 +265,12 @@ class Sampler:
                 c.temperature = temperature
         return outs
 
-    def decode(self, comp):
-        """Text of a completion for the env; a cut completion (no EOS) counts as no answer."""
-        if comp.truncated:
-            return ""
+    def decode(self, comp, env=None, role=None):
+        """Text of a completion for `env`'s `role`; a cut completion (no EOS) is what env.before_cut keeps
+        of it: no answer, unless the task's answer was complete before the cut (no env: no answer)."""
         ids = comp.ids[:-1] if comp.ids and comp.ids[-1] == self.tok.eos_token_id else comp.ids
-        return self.tok.decode(ids, skip_special_tokens=True)
+        text = self.tok.decode(ids, skip_special_tokens=True)
+        return (env.before_cut(role, text) if env is not None else "") if comp.truncated else text
 
 
 def _prompts(sampler, items, role, max_prompt_tokens):
@@ -347,7 +347,7 @@ def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_toke
                 steps = []  # (branch, role, text) of every problem x completion, in order
                 for (pid, env), comps in zip(live, outs):
                     assert len(comps) == K, f"engine returned {len(comps)} completions, expected K={K}"
-                    steps += [(env.clone(), role, sampler.decode(c)) for c in comps]
+                    steps += [(env.clone(), role, sampler.decode(c, env, role)) for c in comps]
                 rewards = step_envs(sampler, pool, steps)
                 for i, (it, p, comps) in enumerate(zip(live, prompts, outs)):
                     pid, env = it
@@ -393,7 +393,7 @@ def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt
                 if not live:
                     continue
                 outs = sampler.generate(role, prompts, 1, temperature, max_tokens)
-                texts = [sampler.decode(c) for (c,) in outs]
+                texts = [sampler.decode(c, env, role) for (_, env), (c,) in zip(live, outs)]
                 rewards = step_envs(sampler, pool, [(env, role, text) for (_, env), text in zip(live, texts)])
                 for (pid, _), p, (c,), text, r in zip(live, prompts, outs, texts, rewards):
                     samples.append(Sample(p, c.ids, c.logprobs, float(r), (pid, role), role, sampler.route(role),
@@ -432,6 +432,61 @@ def seeded(seed):
             np.random.set_state(npy)
 
 
+def benchmark(env):
+    """The benchmark a held-out problem belongs to, as the paper reports them apart: its record's `source`
+    (math: aime24, aime25, olympiadbench; a local file's own `source` field, else the file), for code the
+    prefix of its name (lcb/, apps/, HumanEval/) or else the --data set; None for a procedural task."""
+    rec = getattr(env, "record", None)
+    rec = rec if isinstance(rec, dict) else getattr(env, "task", None)
+    if not isinstance(rec, dict):
+        return None
+    if rec.get("source"):
+        return str(rec["source"])
+    name = str(rec.get("name") or "")
+    return name.split("/")[0] if "/" in name else str(env.options.get("data") or "default")
+
+
+def eval_problems(make_env, count, n):
+    """The held-out problems an evaluation of n plays: [(index, benchmark)] in test-set order. A
+    procedural task (count None) plays 0..n-1. A data set (count problems) gives every benchmark its
+    share of n (largest remainders), each share the first problems of a fixed-seed shuffle of that
+    benchmark's: the same problems for every run and --seed (runs compare problem by problem), a smaller
+    n's among a larger n's. A benchmark whose share rounds to 0 is not played (the results list those played)."""
+    if count is None:
+        return [(i, None) for i in range(n)]
+    by = {}
+    for i in range(count):
+        by.setdefault(benchmark(make_env(i)), []).append(i)
+    n = min(n, count)
+    take = {s: n * len(ix) // count for s, ix in by.items()}
+    for s in sorted(by, key=lambda s: (-(n * len(by[s]) % count), str(s)))[:n - sum(take.values())]:
+        take[s] += 1
+    picked = []
+    for s, ix in by.items():
+        ix = list(ix)
+        random.Random(f"eval/{s}").shuffle(ix)
+        picked += [(i, s) for i in ix[:take[s]]]
+    return sorted(picked)
+
+
+def mean_se(xs):
+    """Mean and its standard error (sample standard deviation / sqrt n) of per-problem successes."""
+    n = len(xs)
+    mean = sum(xs) / n
+    return mean, ((sum((x - mean) ** 2 for x in xs) / (n - 1) / n) ** 0.5 if n > 1 else 0.0)
+
+
+def by_source(per, sources, samples):
+    """{benchmark: {n, success, success_se, pass@S}} from each problem's success (`per`, the mean of its
+    samples) and benchmark, in order of first appearance: the paper's columns, each over its own problems."""
+    out = {}
+    for s in dict.fromkeys(sources):
+        xs = [x for x, t in zip(per, sources) if t == s]
+        mean, se = mean_se(xs)
+        out[s] = {"n": len(xs), "success": mean, "success_se": se, f"pass@{samples}": sum(x > 0 for x in xs) / len(xs)}
+    return out
+
+
 def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, max_prompt_tokens=4096, seed=None,
              workers=32):
     """Team success of the workflow on problems make_env(0..n-1), `samples` episodes each (greedy when
@@ -439,7 +494,8 @@ def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, ma
     were (see seeded); `workers`: threads stepping the envs (linear_rollout). Returns dict(success (pass@1,
     or avg@S) and success_se (its standard error over the n problems), per_problem (each problem's
     success, the mean of its samples), pass@S, reward/<role>, turns, tokens, examples: the first raw
-    responses of each role, cut ones too)."""
+    responses of each role, cut ones too). On a data set also `sources` (each problem's benchmark) and
+    `by_source` (see by_source): `success` then POOLS the benchmarks, weighted by their problem counts."""
     envs = [make_env(i) for i in range(n) for _ in range(samples)]
     if not envs:
         return {"success": 0.0, "episodes": 0}
@@ -448,11 +504,13 @@ def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, ma
                                   workers=workers)
     ok = [float(e.success) for e in envs]
     per = [sum(ok[i * samples:(i + 1) * samples]) / samples for i in range(n)]  # the unit paired intervals resample
-    mean = sum(per) / n
-    se = (sum((x - mean) ** 2 for x in per) / (n - 1) / n) ** 0.5 if n > 1 else 0.0
+    _, se = mean_se(per)
     out = {"success": sum(ok) / len(envs), "success_se": se, "per_problem": per, "episodes": len(envs),
            f"pass@{samples}": sum(x > 0 for x in per) / n,
            "turns": sum(e.turn for e in envs) / len(envs), "tokens": sum(len(s.response_ids) for s in ss)}
+    sources = [benchmark(envs[i * samples]) for i in range(n)]
+    if any(s is not None for s in sources):
+        out.update(sources=sources, by_source=by_source(per, sources, samples))
     for role in envs[0].roles:
         rs = [s.reward for s in ss if s.role == role]
         out[f"reward/{role}"] = sum(rs) / max(1, len(rs))

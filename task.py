@@ -9,6 +9,7 @@ The contract every task keeps (train.py, rollout.py and eval.py rely on it):
     env.done, env.success (the task's ONE team metric), env.turn
     env.clone()          fully independent copy (tree sampling steps, scores and keeps clones)
     env.reference(role)  a correct output text for that role in the current state, or None
+    env.before_cut(role, text)  what of a response cut at max_tokens the task still judges ("": no answer)
 
 A subclass sets NAME, ROLES and OPTIONS and defines render(role) -> messages, act(role, text) -> (team,
 local), reference(role); it calls end_turn(stop) after the last role of a turn. The base checks the
@@ -47,6 +48,13 @@ def extract_code(text):
         return None
     blocks = re.findall(r"```(?:python|py)?\s*\n(.*?)```", text, flags=re.S)
     return blocks[-1] if blocks else text
+
+
+def closed_code(text):
+    """A cut response up to the end of its last closed ``` block: its code was complete before the cut.
+    "" when no block closed, or when a fence opens after the last one (a new, cut program)."""
+    ends = [m.end() for m in re.finditer(r"```(?:python|py)?\s*\n(.*?)```", text, flags=re.S)]
+    return text[:ends[-1]] if ends and "```" not in text[ends[-1]:] else ""
 
 
 def run_program(text):
@@ -150,6 +158,12 @@ class Task:
 
     def reference(self, role):
         return None
+
+    def before_cut(self, role, text):
+        """The part of a response cut at max_tokens (no EOS) that the task judges: by default none (no
+        answer); a task whose answers have a visible end (a closed code fence, a closed \\boxed{}) returns
+        the text when the answer ended before the cut, so a complete answer followed by cut prose counts."""
+        return ""
 
     def clone(self):
         return copy.deepcopy(self)

@@ -6,7 +6,7 @@ tests. Problems come from data.py's loaders (index wraps around); tests run in t
 import copy
 import re
 
-from task import DATA_OPTION, Task, extract_code
+from task import DATA_OPTION, Task, closed_code, extract_code
 
 
 def parse_test(text, kind, entry_point=None):
@@ -105,6 +105,11 @@ class Code(Task):
         if role == "coder":
             return None if not self.task.get("reference") else f"```python\n{self.task['reference']}\n```"
         return show_test(self.task["tests"][0]) if self.task["tests"] else None
+
+    def before_cut(self, role, text):
+        """The coder's program counts when its ```python block closed before the cut (a tester's cut
+        line may be a cut assert: no answer)."""
+        return closed_code(text) if role == "coder" else ""
 
     def clone(self):
         c = copy.copy(self)

@@ -5,9 +5,10 @@ procedural word problems (the CPU miniature, `--preset cpu-demo-math`).
     python -m pytest -q test_envs.py
 """
 import copy
+import re
 
 import arith
-from task import DATA_OPTION, Task, run_program
+from task import DATA_OPTION, Task, closed_code, run_program
 
 
 class Math(Task):
@@ -79,6 +80,18 @@ class Math(Task):
 
     def reference(self, role):
         return f"```python\nprint({self.answer!r})\n```" if role == "tool" else f"\\boxed{{{self.answer}}}"
+
+    def before_cut(self, role, text):
+        """Judged when the answer was complete before the cut: the tool's program in a closed ```python
+        block; the reasoner's last \\boxed{...} closed (`\\boxed 5` may be a cut number: no answer)."""
+        import data as D
+        if role == "tool":
+            return closed_code(text)
+        last = None
+        for last in re.finditer(r"\\(?:boxed|fbox)\s*", text):
+            pass
+        closed = last is not None and text[last.end():last.end() + 1] == "{" and D.extract_boxed(text) is not None
+        return text if closed else ""
 
     def clone(self):
         c = copy.copy(self)  # the problem text is shared; only the mutable state is copied

@@ -542,3 +542,50 @@ def test_options_are_checked_once_for_every_task():
                 e.prompt(role)
     with pytest.raises(ValueError, match="tool_mode must be 'code' or 'direct'"):
         envs.make("sokoban", tool_mode="both")
+
+
+class CutEngine:
+    """An engine that answers every prompt with `texts[role]`, cut at max_tokens (no EOS) when `cut`."""
+    def __init__(self, tok, texts, cut=True):
+        self.tok, self.texts, self.cut, self.role = tok, texts, cut, None
+
+    def generate(self, prompts, n, temperature, max_tokens, adapter=None):
+        import rollout as R
+        ids = self.tok.encode(self.texts[self.role], add_special_tokens=False)
+        ids = ids if self.cut else ids + [self.tok.eos_token_id]
+        return [[R.Completion(list(ids), [-1.0] * len(ids), self.cut) for _ in range(n)] for _ in prompts]
+
+
+def success_of(tok, task, texts, cut=True, **kw):
+    """Team success of problem 0 of the test split, every role answering its text (cut or not), through
+    rollout.evaluate: the rollout's own rule for cut responses decides what the task sees."""
+    import rollout as R
+    engine = CutEngine(tok, texts, cut)
+    route = lambda role: setattr(engine, "role", role) or None  # the engine answers as the role asked for
+    sampler = R.Sampler(engine, tok, route, None)
+    return R.evaluate(lambda i: envs.make(task, "test", i, data="offline", max_turns=1, **kw), 1, sampler)["success"]
+
+
+def test_answer_complete_before_the_cut_is_judged_by_the_task(tok):
+    """A response cut at max_tokens after its answer was complete (code: a closed ```python fence; math: a
+    closed \\boxed{}) is judged; a cut inside the answer, or after a new answer opened, is no answer."""
+    code = envs.make("code", "test", 0, data="offline").reference("coder")  # a closed fence
+    prose = "\nThis function compares every pair of numbers and returns"
+    assert success_of(tok, "code", {"coder": code + prose}, workflow="single") == 1.0
+    assert success_of(tok, "code", {"coder": code + prose}, cut=False, workflow="single") == 1.0
+    answer = envs.make("math", "test", 0, data="offline").answer
+    boxed = f"The answer is \\boxed{{{answer}}} because"
+    assert success_of(tok, "math", {"reasoner": boxed}, workflow="single") == 1.0
+    tool = f"```python\nprint({answer!r})\n```\nThis prints"
+    assert success_of(tok, "math", {"tool": tool, "reasoner": boxed}) == 1.0
+    for cut in [code[:-3], code[:-1], code.replace("```python\n", "") + prose,  # cut inside the block, no fence
+                code + "\nShorter:\n```python\ndef f(", code + prose + " ```"]:  # a new block opened
+        assert success_of(tok, "code", {"coder": cut}, workflow="single") == 0.0, cut
+    for cut in [f"\\boxed{{{answer}", f"\\boxed {answer}", f"\\boxed{{{answer}}} or rather \\boxed{{{answer}",
+                f"\\boxed{{{answer}}} or rather \\boxed", f"\\boxed{{{answer}}} or \\fbox{{1"]:
+        assert success_of(tok, "math", {"reasoner": cut}, workflow="single") == 0.0, cut
+    e = envs.make("math", "test", 0, data="offline")
+    assert e.before_cut("tool", f"print({answer!r})") == ""  # an unfenced program may be cut mid-line
+    assert e.before_cut("tool", tool) == tool[:tool.rindex("```") + 3]
+    g = envs.make("plan_path", "test", 0, size=4, tool_mode="direct")
+    assert g.before_cut("planner", g.reference("planner")) == ""  # a task that says nothing: no answer
