@@ -64,7 +64,12 @@ class Sample:
 
 
 def encode_prompt(tok, messages):
-    """Chat messages -> prompt token ids (generation prompt added; Qwen3 thinking off)."""
+    """Chat messages -> prompt token ids (generation prompt added; Qwen3 thinking off). A tokenizer without
+    a chat template (a base model's) is a one-line error naming the fix (common.die)."""
+    if not getattr(tok, "chat_template", None):
+        from common import die  # lazily: common imports the tasks, not this file
+        die(f"the tokenizer of {getattr(tok, 'name_or_path', '') or 'this model'} has no chat template (a base "
+            "model?): use an instruct/chat model, or add one (chat_template.jinja next to tokenizer_config.json)")
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, enable_thinking=False)
     if hasattr(ids, "keys"):  # transformers v5 returns a BatchEncoding by default
         ids = ids["input_ids"]

@@ -589,3 +589,17 @@ def test_answer_complete_before_the_cut_is_judged_by_the_task(tok):
     assert e.before_cut("tool", tool) == tool[:tool.rindex("```") + 3]
     g = envs.make("plan_path", "test", 0, size=4, tool_mode="direct")
     assert g.before_cut("planner", g.reference("planner")) == ""  # a task that says nothing: no answer
+
+
+def test_model_without_chat_template_is_a_one_line_error(tiny_dir, capsys):
+    """A base model's tokenizer has no chat template: encode_prompt stops with one line naming the fix."""
+    import rollout as R
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tiny_dir)  # a copy of its own: the session's tokenizer stays intact
+    msgs = mk().prompt("tool")
+    assert R.encode_prompt(tok, msgs)
+    tok.chat_template = None
+    with pytest.raises(SystemExit) as e:
+        R.encode_prompt(tok, msgs)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "no chat template" in err and "instruct" in err, err
