@@ -172,7 +172,9 @@ def _from_hub(name, norm, config=None, split="train", files=None, columns=None):
 @lru_cache(maxsize=None)
 def _local_file(path, kind, source=None):
     """{row index: record} of a local file of math or code records, read and checked once."""
-    norm = (lambda r, w: _math_rec(r.get("problem"), r.get("answer"), w, source or path)) if kind == "math" else _code_rec
+    # a record's own `source` (its benchmark, reported apart: rollout.benchmark) wins over the file's name
+    norm = (lambda r, w: _math_rec(r.get("problem"), r.get("answer"), w, str(r.get("source") or source or path))) \
+        if kind == "math" else _code_rec
     return _usable(path, _read_records(path), norm)
 
 

@@ -15,9 +15,13 @@ the base model itself samples without one.
     python eval.py --preset cpu-demo --model runs/lora/ckpt-000200                  # adapters of a LoRA run
     python eval.py --merge runs/lora/ckpt-000200/planner --out planner-merged       # adapter -> full HF model
 Reports team success (pass@1 for one sample; avg@S and pass@S for S samples per problem) with its
-standard error over the problems, per-role mean reward, mean turns, tokens generated and wall time;
+standard error over the problems, for each benchmark of the split apart (a problem's `source`, e.g. AIME24,
+AIME25, OlympiadBench: the paper's columns) and pooled over them (labelled so); --n takes every
+benchmark's share of N problems (rollout.eval_problems: the same problems every run); per-role mean
+reward, mean turns, tokens generated and wall time;
 --json writes them with every setting used and each problem's success (`per_problem`: the mean of its
-samples, in test-problem order; table.py's paired intervals resample these).
+samples, in test-problem order; table.py's paired intervals resample these), `problems` (their test-set
+indices), `sources` and `by_source` (each benchmark's n, success, success_se, pass@S).
 """
 import json
 import os
@@ -139,10 +143,13 @@ def run_eval_adapters(args, roles, dirs, t0):
 
 
 def finish(args, sampler, context, dirs, t0):
+    # every benchmark of the split gets its share of --n (train.py --eval_n plays the same problems)
+    chosen = rollout.eval_problems(lambda i: make_env(args, args.split, i), problem_count(args, args.split), args.n)
     # seeded on its own: train.py's evaluation of the same weights with the same seed gives these numbers
-    res = rollout.evaluate(lambda i: make_env(args, args.split, i), args.n, sampler, args.temperature, args.max_tokens,
-                           args.samples, min(args.max_prompt_tokens, context - args.max_tokens), seed=args.seed)
-    res.update(wall_s=round(time.time() - t0, 1), models=dirs,
+    res = rollout.evaluate(lambda j: make_env(args, args.split, chosen[j][0]), len(chosen), sampler, args.temperature,
+                           args.max_tokens, args.samples, min(args.max_prompt_tokens, context - args.max_tokens),
+                           seed=args.seed)
+    res.update(wall_s=round(time.time() - t0, 1), models=dirs, problems=[i for i, _ in chosen],
                settings={k: v for k, v in vars(args).items() if k != "plot"})
     return res
 
@@ -184,7 +191,11 @@ def main(argv=None):
     args.n = min(args.n, problem_count(args, args.split) or args.n)  # a dataset holds only so many problems
     res = run_eval(args)
     print(f"{args.task} ({args.workflow}, {args.split}, n={args.n}, samples={args.samples}, T={args.temperature})")
-    print(f"  {'success':16s} {res['success']:.4f} +- {res['success_se']:.4f} (standard error over {args.n} problems)")
+    for src, b in res.get("by_source", {}).items():  # the paper's columns: each benchmark over its own problems
+        print(f"  {src:16s} {b['success']:.4f} +- {b['success_se']:.4f} ({b['n']} problems)")
+    pooled = len(res.get("by_source", ())) > 1
+    print(f"  {'pooled' if pooled else 'success':16s} {res['success']:.4f} +- {res['success_se']:.4f} (standard error over "
+          f"{args.n} problems{', every benchmark pooled' if pooled else ''})")
     for k in [f"pass@{args.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
         v = res[k]
         print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")

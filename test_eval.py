@@ -156,3 +156,63 @@ def test_lora_checkpoint_from_another_directory_and_a_dotted_path(lora_ckpt, tin
     p = subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), "--merge", ck + "/planner", "--out", "merged"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert p.returncode == 0 and os.path.isfile(tmp_path / "merged" / "config.json"), p.stderr[-2000:]
+
+
+def two_benchmarks(path, a=30, b=70):
+    """A math JSONL of two benchmarks (`source` per record): `a` of "aime", `b` of "oly", interleaved."""
+    rows = [{"problem": f"What is {i} + 1?", "answer": str(i + 1), "source": "aime" if i % 10 < 10 * a // (a + b) else "oly"}
+            for i in range(a + b)]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return str(path)
+
+
+def test_eval_problems_take_every_benchmark_proportionally(tmp_path):
+    """--eval_n / --n N on a set of several benchmarks: each gets its share of N (not the first N, which
+    are one benchmark's), the same problems every time, a smaller N's problems among a larger N's."""
+    import envs
+    import rollout
+    path = two_benchmarks(tmp_path / "two.jsonl")
+    make = lambda i: envs.make("math", "test", i, data=path)
+    count = envs.count("math", "test", data=path)
+    src = lambda sel: [s for _, s in sel]
+    sel = rollout.eval_problems(make, count, 10)
+    assert sorted(src(sel)).count("aime") == 3 and src(sel).count("oly") == 7
+    assert all(rollout.benchmark(make(i)) == s for i, s in sel)
+    assert [i for i, _ in sel] == sorted(i for i, _ in sel)  # test-set order
+    assert sel == rollout.eval_problems(make, count, 10)  # deterministic
+    assert set(sel) <= set(rollout.eval_problems(make, count, 20))
+    assert [i for i, _ in sel][:3] != [0, 1, 2]  # drawn, not the first ones of each benchmark
+    assert rollout.eval_problems(make, count, 500) == [(i, rollout.benchmark(make(i))) for i in range(count)]
+    assert src(rollout.eval_problems(make, count, 1)) == ["oly"]  # a share that rounds to 0 is not played
+    # a procedural task: problems 0..n-1, no benchmark
+    assert rollout.eval_problems(lambda i: envs.make("plan_path", "test", i), None, 3) == [(0, None), (1, None), (2, None)]
+
+
+def test_success_by_benchmark_with_its_standard_error():
+    import rollout
+    per, sources = [1.0, 0.0, 0.5, 1.0, 1.0], ["a", "a", "b", "b", "b"]
+    out = rollout.by_source(per, sources, 2)
+    assert list(out) == ["a", "b"]
+    assert out["a"] == {"n": 2, "success": 0.5, "success_se": statistics.stdev([1.0, 0.0]) / 2 ** 0.5, "pass@2": 0.5}
+    assert out["b"]["success"] == pytest.approx(2.5 / 3) and out["b"]["pass@2"] == 1.0
+    assert out["b"]["success_se"] == pytest.approx(statistics.stdev([0.5, 1.0, 1.0]) / 3 ** 0.5)
+
+
+def test_eval_reports_each_benchmark_and_labels_the_pooled_number(tiny_dir, tmp_path):
+    """eval.py on a two-benchmark set: a line and a JSON entry per benchmark (its n, success, standard
+    error over its own problems), the pooled number labelled as such."""
+    path = two_benchmarks(tmp_path / "two.jsonl")
+    j = str(tmp_path / "e.json")
+    p = run(["--task", "math", "--data", path, "--model", tiny_dir, "--engine", "hf", "--device", "cpu", "--n", "10",
+             "--max_turns", "1", "--max_tokens", "4", "--samples", "2", "--json", j])
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.load(open(j))
+    by = r["by_source"]
+    assert {s: b["n"] for s, b in by.items()} == {"aime": 3, "oly": 7}
+    assert r["sources"].count("aime") == 3 and len(r["sources"]) == len(r["per_problem"]) == 10
+    for s, b in by.items():
+        xs = [x for x, t in zip(r["per_problem"], r["sources"]) if t == s]
+        assert b["success"] == pytest.approx(sum(xs) / len(xs)) and b["success_se"] == pytest.approx(statistics.stdev(xs) / len(xs) ** 0.5)
+    out = p.stdout
+    assert "aime" in out and "oly" in out and "pooled" in out

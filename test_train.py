@@ -312,3 +312,38 @@ def test_kl_reference_of_a_lora_policy_leaves_every_adapter_trainable(tiny_dir):
     assert any(".planner." in n for n in before) and any(".tool." in n for n in before)
     P.ref_logprobs(pols["tool"], None, 1.0, "cpu")
     assert trainable() == before, sorted(before - trainable())[:3]
+
+
+def two_benchmarks(path, a=30, b=70):
+    """A math JSONL of two benchmarks (`source` per record): `a` of "aime", `b` of "oly", interleaved."""
+    rows = [{"problem": f"What is {i} + 1?", "answer": str(i + 1), "source": "aime" if i % 10 < 10 * a // (a + b) else "oly"}
+            for i in range(a + b)]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_training_evaluations_report_each_benchmark_as_eval_py(tiny_dir, tmp_path):
+    """--eval_n on a set of two benchmarks: summary.json has each one's n, success and standard error
+    before and after (the pooled success_before/after beside them), the same numbers as eval.py's for
+    the same weights; every evaluation step logs eval/<benchmark>."""
+    data = two_benchmarks(tmp_path / "two.jsonl")
+    flags = ["--task", "math", "--data", data, "--max_turns", "1", "--max_tokens", "4", "--device", "cpu"]
+    out = str(tmp_path / "run")
+    run(flags + ["--model", tiny_dir, "--engine", "hf", "--policies", "per-role", "--steps", "1", "--K", "2",
+                 "--problems", "2", "--eval_n", "10", "--eval_every", "1", "--out_dir", out])
+    s = json.load(open(os.path.join(out, "summary.json")))
+    assert {src: b["n"] for src, b in s["benchmarks"].items()} == {"aime": 3, "oly": 7}
+    assert {"before", "before_se", "after", "after_se"} <= set(s["benchmarks"]["aime"])
+    m = metrics(out)[0]
+    assert {"eval/aime", "eval/oly", "eval/success"} <= set(m)
+    j = str(tmp_path / "e.json")
+    p = subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), *flags, "--model", tiny_dir, "--engine", "hf",
+                        "--n", "10", "--json", j], capture_output=True, text=True, cwd=HERE, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.load(open(j))
+    for src, b in r["by_source"].items():
+        for k, v in b.items():
+            assert s["eval"]["before"]["by_source"][src][k] == pytest.approx(v, abs=1e-9), (src, k)
+    assert s["success_before"] == pytest.approx(r["success"], abs=1e-12)
