@@ -1,10 +1,10 @@
 """The paper's table in miniature: every regime trained and measured the same way, on a CPU demo, over
 several seeds, with every claim of the paper as a paired difference, its 95% interval and a verdict.
 
-    python table.py --seeds 3                # ~13 min per seed on 2 CPU cores; a markdown table; runs/table/table.json
+    python table.py                          # 3 seeds, ~13 min each on 2 CPU cores; a markdown table; runs/table/table.json
     python table.py --preset cpu-demo-math --seeds 3   # the math workflow (tool writes code, reasoner answers); ~13 min per seed alone
     python table.py --rows shared,per-role --seeds 5   # one comparison (per-role vs shared) over 5 seeds
-    python table.py --steps 20 --eval_n 50 --out_dir runs/table-quick    # a quick look (one seed)
+    python table.py --steps 20 --eval_n 50 --seeds 1 --out_dir runs/table-quick  # a quick look: no verdicts
     python -m pytest -q test_table.py test_stats.py
 
 Rows (--rows KEY,KEY; the paper's five, then two ablations), all from the same warm-started tiny model,
@@ -23,7 +23,12 @@ Seeds --seed .. --seed+N-1: seed S trains and evaluates every row with --seed S,
 number is its mean over seeds and test problems with a 95% interval; a claim (CLAIMS) is the paired
 difference A - B of two rows (same seeds, same problems) with its interval and a verdict: better, worse,
 or no difference at this budget (the interval holds 0). Intervals: stats.py's two-stage bootstrap over
-seeds and problems, from each eval's per-problem outcomes.
+seeds and problems, from each eval's per-problem outcomes. With one seed an interval covers the test
+problems only, not training's randomness (in simulation two identical settings read "better" or "worse"
+in 40% of one-seed tables, 9.5% at 3 seeds): it says so and no claim gets a verdict; hence 3 seeds by
+default. Every piece records the code that made it (git commit, +dirty-HASH of uncommitted edits:
+OUT/seed-S/code.json, and the table's settings); a table whose pieces were made by different code is
+refused unless --mixed_code. An existing --tiny_dir must pass tiny.py's recipe check (tiny.ensure) first.
 Each training is a `train.py --preset P` process and each evaluation an `eval.py --preset P` process,
 exactly as a user runs them (the preset, cpu-demo or cpu-demo-math, is the one source of the settings).
 Finished pieces (a run's final checkpoint, an eval's JSON) are reused, so an interrupted table resumes
@@ -37,6 +42,7 @@ The step budget (60) is what fits the 30-minute bar for one seed: the parallel-s
 ~2.5x a tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
 """
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -46,7 +52,8 @@ import time
 import envs
 import rollout
 import stats
-from common import PRESETS, Parser, die, latest_checkpoint, make_env
+import tiny
+from common import PRESETS, Parser, die, latest_checkpoint, make_env, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (key, row, training flags; or None: untrained; or the key of the trained row whose models are swapped, eval flags)
@@ -85,6 +92,30 @@ def sh(cmd, log):
 
 def slug(name):
     return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def code_version(root=HERE):
+    """The code that makes a piece now: the git commit, plus '+dirty-HASH' when tracked files differ from
+    it (HASH of `git diff HEAD`: two different uncommitted edits are two versions); 'unknown' outside a
+    git checkout."""
+    try:
+        git = lambda *cmd: subprocess.run(["git", *cmd], cwd=root, capture_output=True, check=True).stdout
+        head, diff = git("rev-parse", "--short=12", "HEAD").decode().strip(), git("diff", "HEAD")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (f"+dirty-{hashlib.sha1(diff).hexdigest()[:8]}" if diff else "")
+
+
+def check_tiny(a, settings):
+    """An existing --tiny_dir must be what tiny.py would build for this table (tiny.ensure: its recipe
+    version, task, warm-up steps, the preset's size and turns, the first seed, which the first training
+    builds it with); else a warm-up from an older tiny.py is reused silently. A missing one is built by
+    the first training (train.py --model tiny)."""
+    if os.path.isdir(a.tiny_dir):
+        try:
+            tiny.ensure(a.tiny_dir, argparse.Namespace(**{**settings, "seed": a.seed}))
+        except ValueError as e:
+            die(f"--tiny_dir: {e}")
 
 
 def check_settings(a, settings):
@@ -139,9 +170,18 @@ def eval_is_current(path, preset, settings, seed, n, flags):
 def one_seed(a, seed, keys, settings, demo):
     """Train (unless its final checkpoint exists) and evaluate (unless its JSON is current) the rows `keys`
     with one seed, in OUT/seed-S; each piece its own process. Returns {key: eval.py's JSON}, the floor
-    under "floor". Raises Failed when a piece fails (its seed stops; finished pieces stay)."""
+    under "floor", and the code versions that made them under "code" ({key: {"train": v, "eval": v}}, from
+    OUT/seed-S/code.json; 'unknown' for a piece made before they were recorded). Raises Failed when a
+    piece fails (its seed stops; finished pieces stay)."""
     s = argparse.Namespace(**{**vars(a), "seed": seed, "out_dir": os.path.join(a.out_dir, f"seed-{seed}")})
     check_settings(s, settings)
+    code_path = os.path.join(s.out_dir, "code.json")
+    code = json.load(open(code_path)) if os.path.exists(code_path) else {}
+
+    def made_by(piece, resume=False):  # recorded before the piece runs: one cut short and resumed by other code is both
+        v, old = code_version(), code.get(piece)
+        code[piece] = f"{old} then {v}" if resume and old and old.split(" then ")[-1] != v else v
+        write_json(code_path, code)
     log, py, preset = os.path.join(s.out_dir, "log.txt"), sys.executable, a.preset
     common = ["--preset", preset, "--seed", str(seed)]
     train_flags = ["--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1", "--eval_n", "0"]
@@ -155,6 +195,7 @@ def one_seed(a, seed, keys, settings, demo):
             resume = ["--resume"] if os.path.isdir(run_dir) else []
             # the first run builds a missing demo model (train.py --model tiny); the others start from it
             model = ["--model", a.tiny_dir] if os.path.isdir(a.tiny_dir) else ["--model", "tiny", "--tiny_dir", a.tiny_dir]
+            made_by(f"train {slug(name)}", resume=bool(resume))
             sh([py, "train.py", *common, *train_flags, *model, *tflags, "--out_dir", run_dir, *resume], log)
     out = {}
     first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
@@ -171,17 +212,24 @@ def one_seed(a, seed, keys, settings, demo):
             print(f"{path}: made with other settings (or unreadable): evaluating again", flush=True)
             os.rename(path, f"{path}.stale-{int(time.time())}")
         if not os.path.exists(path):
+            made_by(f"eval {slug(name)}")
             sh([py, "eval.py", *common, *model, *eflags, "--n", str(a.eval_n), "--split", "test", "--json", path], log)
         out[key] = json.load(open(path))
         print(f"seed {seed}  {name:40s} {100 * out[key]['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
     out["floor"] = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
+    out["code"] = {}
+    for key, name, tflags, _ in rows:
+        trained = NAME[tflags] if isinstance(tflags, str) else name if tflags else None  # a swapped row: its source's
+        out["code"][key] = {**({"train": code.get(f"train {slug(trained)}", "unknown")} if trained else {}),
+                            "eval": code.get(f"eval {slug(name)}", "unknown")}
     return out
 
 
 def summarize(keys, per_seed):
     """Rows (mean over seeds and problems, 95% interval, each seed's success) and claims (paired A - B,
-    interval, verdict) from {seed: one_seed's result}."""
+    interval, verdict) from {seed: one_seed's result}. With one seed the intervals cover the test problems
+    only, and a claim has no verdict (None): another seed moves a row by more than such an interval."""
     seeds = sorted(per_seed)
     mean = lambda xs: sum(xs) / len(xs)
     floor = [per_seed[s]["floor"] for s in seeds]
@@ -198,20 +246,29 @@ def summarize(keys, per_seed):
     for claim, x, y in CLAIMS:
         if x in keys and y in keys:
             d, lo, hi = stats.paired(matrix[x], matrix[y])
-            claims.append({"claim": claim, "a": x, "b": y, "diff": d, "low": lo, "high": hi, "verdict": stats.verdict(lo, hi)})
+            claims.append({"claim": claim, "a": x, "b": y, "diff": d, "low": lo, "high": hi,
+                           "verdict": stats.verdict(lo, hi) if len(seeds) > 1 else None})
     return rows, claims
 
 
 def markdown(rows, claims):
     pct = lambda x: f"{100 * x:.1f}"
-    lines = ["| method | success, 95% interval | each seed | turns |", "|---|---|---|---|"]
+    one = len(rows[0]["per_seed"]) == 1
+    ci_name = "95% interval over problems only" if one else "95% interval"
+    lines = [f"| method | success, {ci_name} | each seed | turns |", "|---|---|---|---|"]
     for r in rows:
         ci = f" [{pct(r['low'])}, {pct(r['high'])}]" if "low" in r else ""
         lines.append(f"| {r['row']} | {pct(r['success'])}%{ci} | {' / '.join(map(pct, r['per_seed']))} | {r['turns']:.2f} |")
     if claims:
-        lines += ["", "| claim (A vs B) | A - B, points | 95% interval | verdict |", "|---|---|---|---|"]
+        lines += ["", f"| claim (A vs B) | A - B, points | {ci_name} |{'' if one else ' verdict |'}",
+                  "|---|---|---|" + ("" if one else "---|")]
         for c in claims:
-            lines.append(f"| {c['claim']} | {100 * c['diff']:+.1f} | [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}] | {c['verdict']} |")
+            lines.append(f"| {c['claim']} | {100 * c['diff']:+.1f} | [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}] |"
+                         + ("" if one else f" {c['verdict']} |"))
+    if one:
+        lines += ["", "One seed: the intervals cover the test problems only, not training's randomness (in simulation "
+                      "two identical settings read as different in 40% of one-seed tables), so no claim gets a "
+                      "verdict; --seeds 3 or more for verdicts."]
     return "\n".join(lines)
 
 
@@ -223,7 +280,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
     ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
     ap.add_argument("--seed", type=int, default=0, help="the first seed")
-    ap.add_argument("--seeds", type=int, default=1, help="how many seeds (--seed, --seed+1, ...): every row once per seed")
+    ap.add_argument("--seeds", type=int, default=3, help="how many seeds (--seed, --seed+1, ...): every row once per "
+                                                      "seed; with 1 the intervals cover the test problems only: no verdicts")
+    ap.add_argument("--mixed_code", action="store_true", help="aggregate pieces made by different code versions "
+                                                            "(git commit + dirty flag; refused without this flag)")
     ap.add_argument("--out_dir", default=None, help="OUT/seed-S/ holds each seed's runs, eval JSONs and log; OUT/table.json "
                                                   "the table (default runs/table, runs/table-math for cpu-demo-math)")
     ap.add_argument("--tiny_dir", default=None, help="the warm-started demo model (built if absent; default: "
@@ -238,6 +298,7 @@ def main(argv=None):
     a.out_dir = a.out_dir or ("runs/table" if preset == "cpu-demo" else "runs/table-math")
     a.tiny_dir = a.tiny_dir or settings.get("tiny_dir", "tiny-model")
     demo = argparse.Namespace(**settings)  # the preset's task options, picked by the task class as train.py does
+    check_tiny(a, settings)
     t0, per_seed, failed = time.time(), {}, []
     for i, seed in enumerate(range(a.seed, a.seed + a.seeds)):
         print(f"== seed {seed} ({i + 1} of {a.seeds})", flush=True)
@@ -249,14 +310,28 @@ def main(argv=None):
     if failed:
         sys.exit(f"table.py: seed(s) {', '.join(map(str, failed))} failed (see {a.out_dir}/seed-S/log.txt); run the "
                  "same command again to resume them (a training goes on from its last checkpoint); no table without them")
+    code = {str(seed): per_seed[seed].pop("code") for seed in sorted(per_seed)}
+    made = {}  # code version -> the pieces it made
+    for seed, pieces in code.items():
+        for key, by in pieces.items():
+            for what, v in by.items():
+                made.setdefault(v, []).append(f"seed {seed} {what} {key}")
+    if len(made) > 1 and not a.mixed_code:
+        die(f"{a.out_dir}: pieces made by different code (" + "; ".join(
+            f"{v}: {', '.join(p[:3])}{', ...' if len(p) > 3 else ''}" for v, p in made.items()) +
+            "); remake the stale pieces (remove them) or pass --mixed_code to aggregate them anyway")
     rows, claims = summarize(keys, per_seed)
+    interval = ("95%, two-stage percentile bootstrap over seeds and problems (stats.py)" if len(per_seed) > 1 else
+                "95%, percentile bootstrap over the test problems only (one seed: no verdicts; stats.py)")
     res = {"rows": rows, "claims": claims, "seeds": sorted(per_seed), "steps": a.steps, "eval_n": a.eval_n,
-           "interval": "95%, two-stage percentile bootstrap over seeds and problems (stats.py)",
-           "wall_s": round(time.time() - t0, 1), "settings": {**settings, "steps": a.steps}}
+           "interval": interval, "wall_s": round(time.time() - t0, 1),
+           "settings": {**settings, "steps": a.steps, "code": code}}
     with open(os.path.join(a.out_dir, "table.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(f"\n{preset} ({settings['task']}), {a.steps} steps, seeds {a.seed}..{a.seed + a.seeds - 1}, {a.eval_n} test "
-          f"problems, eval.py's protocol; {res['interval']}; wall {res['wall_s']:.0f} s\n")
+          f"problems, eval.py's protocol; {res['interval']}; "
+          f"{'code ' if len(made) == 1 else 'mixed code (--mixed_code): '}{', '.join(made)}; "
+          f"wall {res['wall_s']:.0f} s\n")
     print(markdown(rows, claims))
     trained = [(k, n) for k, n, t, _ in ROWS if k in keys and isinstance(t, list)]
     if trained:

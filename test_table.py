@@ -80,6 +80,7 @@ def fake_pieces(monkeypatch, calls, fail=()):
         return {"success": k / a.n, "success_se": 0.0, "per_problem": per, "pass@1": k / a.n, "turns": 1.0,
                 "tokens": 3, "wall_s": 0.0, "models": {}, "settings": {k: v for k, v in vars(a).items() if k != "plot"}}
     monkeypatch.setattr(ev, "run_eval", run_eval)
+    monkeypatch.setattr(table, "code_version", lambda: "c0de")  # (the checkout may change while a test runs)
     failing = set(fail)
 
     def sh(cmd, log):
@@ -155,7 +156,7 @@ def test_a_stale_eval_is_recomputed(tmp_path, monkeypatch, capsys):
     or torn one is made again, never mixed into the table (table.py used to reuse any eval-*.json of that name)."""
     calls, d = [], tmp_path / "t"
     fake_pieces(monkeypatch, calls)
-    argv = ["--steps", "1", "--eval_n", "4", "--out_dir", str(d), "--tiny_dir", str(tmp_path / "tiny")]
+    argv = ["--steps", "1", "--eval_n", "4", "--seeds", "1", "--out_dir", str(d), "--tiny_dir", str(tmp_path / "tiny")]
     res = table.main(argv)
     assert sum("eval.py" in c for c in calls) == len(table.ROWS) and res["rows"][1]["success"] == 0.5
     calls.clear()
@@ -193,6 +194,8 @@ def test_table_end_to_end_then_resume(tiny_dir, tmp_path, monkeypatch):
     d = tmp_path / "t"
     argv = ["--steps", "1", "--eval_n", "4", "--seeds", "2", "--rows", "single+grpo,per-role,swapped",
             "--out_dir", str(d), "--tiny_dir", tiny_dir]
+    monkeypatch.setattr(table, "check_tiny", lambda a, settings: None)  # an untrained test build: not the demo's recipe
+    monkeypatch.setattr(table, "code_version", lambda: "c0de")  # (the checkout may change while a test runs)
     res = table.main(argv)
     assert [r["key"] for r in res["rows"]] == ["floor", "single+grpo", "per-role", "swapped"]
     assert all(0.0 <= r["success"] <= 1.0 and r["turns"] >= 1 and len(r["per_seed"]) == 2 for r in res["rows"])
@@ -217,3 +220,95 @@ def test_table_end_to_end_then_resume(tiny_dir, tmp_path, monkeypatch):
     again = table.main(argv)
     assert again["rows"] == res["rows"] and again["claims"] == res["claims"]
     assert len(evals) == 1  # the real eval.py JSONs' recorded settings are found current: only the missing one ran
+
+
+# ---- a table says what it knows (issue 31) ----------------------------------------------------------
+
+def test_one_seed_gives_intervals_over_problems_only_and_no_verdict(tmp_path, monkeypatch, capsys):
+    """One seed's interval covers the test problems, not training's randomness: in simulation two
+    identical configurations read "better" or "worse" in 40% of one-seed tables (9.5% at 3 seeds). So a
+    one-seed table says "over problems only" and gives no verdict; the default is 3 seeds."""
+    calls = []
+    fake_pieces(monkeypatch, calls)
+    res = table.main(["--steps", "1", "--eval_n", "20", "--seeds", "1", "--out_dir", str(tmp_path / "one"),
+                      "--tiny_dir", str(tmp_path / "tiny")])
+    out = capsys.readouterr().out
+    assert res["seeds"] == [0] and len(res["claims"]) == len(table.CLAIMS)
+    assert all(c["verdict"] is None for c in res["claims"])  # per-role vs shared: +20 points, every problem: still none
+    assert "over problems only" in out
+    assert not any(w in out for w in ("better", "worse", "no difference")), out
+    res = table.main(["--steps", "1", "--eval_n", "20", "--out_dir", str(tmp_path / "default"),
+                      "--tiny_dir", str(tmp_path / "tiny")])
+    assert res["seeds"] == [0, 1, 2] and {c["verdict"] for c in res["claims"]} >= {"better"}
+    assert "over problems only" not in capsys.readouterr().out
+
+
+def test_code_version_is_recorded_and_mixed_code_refused(tmp_path, monkeypatch, capsys):
+    """Every seed's pieces (trainings and evaluations) record the code that made them, in the table's
+    settings; a table whose pieces were made by different code is refused (one line, exit 2) unless
+    --mixed_code, which aggregates them and says so."""
+    calls, d = [], tmp_path / "t"
+    fake_pieces(monkeypatch, calls)
+    argv = ["--steps", "1", "--eval_n", "20", "--seeds", "2", "--rows", "shared,per-role", "--out_dir", str(d),
+            "--tiny_dir", str(tmp_path / "tiny")]
+    res = table.main(argv)
+    code = res["settings"]["code"]
+    assert code == {str(s): {"shared": {"train": "c0de", "eval": "c0de"}, "per-role": {"train": "c0de", "eval": "c0de"}}
+                    for s in (0, 1)}
+    before = (d / "table.json").read_text()
+    os.remove(d / "seed-1" / "eval-mas---at-grpo-per-role.json")  # re-made by newer code
+    monkeypatch.setattr(table, "code_version", lambda: "beef+dirty-12345678")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        table.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "c0de" in err and "beef+dirty-12345678" in err and "--mixed_code" in err
+    assert (d / "table.json").read_text() == before  # nothing aggregated
+    calls.clear()
+    res = table.main(argv + ["--mixed_code"])
+    assert calls == []  # the refused call had made the missing piece; nothing more to do
+    assert res["settings"]["code"]["1"]["per-role"] == {"train": "c0de", "eval": "beef+dirty-12345678"}
+    assert "mixed code" in capsys.readouterr().out
+
+
+def test_code_version_is_the_commit_and_a_dirty_flag(tmp_path):
+    import subprocess
+    git = lambda *c: subprocess.run(["git", "-C", str(tmp_path), *c], check=True, capture_output=True, text=True).stdout
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    head = git("rev-parse", "HEAD").strip()
+    clean = table.code_version(str(tmp_path))
+    assert head.startswith(clean) and len(clean) >= 7
+    (tmp_path / "a.py").write_text("x = 2\n")
+    dirty = table.code_version(str(tmp_path))
+    assert dirty.startswith(clean + "+dirty")
+    (tmp_path / "a.py").write_text("x = 3\n")
+    assert table.code_version(str(tmp_path)) not in (clean, dirty)  # another edit: another version
+    assert table.code_version(str(tmp_path / "nowhere")) == "unknown"
+
+
+def test_a_stale_tiny_build_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """An existing --tiny_dir is checked by tiny.py's recipe check (version, task, warm-up steps, size,
+    turns, seed) before the table reuses it: a warm-up from an older tiny.py was reused silently."""
+    import tiny
+    monkeypatch.setattr(table, "sh", lambda *a: pytest.fail("worked from a stale tiny build"))
+    build = tmp_path / "tiny"
+    build.mkdir()
+    recipe = dict(version=tiny.VERSION["plan_path"], task="plan_path", sft_steps=tiny.SFT_STEPS["plan_path"],
+                  size=4, seed=0, max_turns=2)
+    argv = ["--steps", "1", "--eval_n", "4", "--seeds", "1", "--out_dir", str(tmp_path / "t"), "--tiny_dir", str(build)]
+    for stale in (dict(version=recipe["version"] - 1), dict(sft_steps=0), dict(size=5)):
+        (build / "tiny.json").write_text(json.dumps({**recipe, **stale}))
+        with pytest.raises(SystemExit) as e:
+            table.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and str(build) in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "t").exists()
+    (build / "tiny.json").write_text(json.dumps(recipe))  # the current recipe: reused
+    calls = []
+    fake_pieces(monkeypatch, calls)
+    table.main(argv)
+    assert all(c[c.index("--model") + 1] == str(build) for c in calls if "train.py" in c) and calls
