@@ -193,13 +193,17 @@ def print_plan(cfg, name, gpu_gib, **kw):
         print(f"  {k:15s} {v / GiB:8.2f} GiB")
     print(f"  {'fits' if ok else 'does NOT fit'} in {gpu_gib:g} GiB")
     if not ok:
-        fix = fits(cfg, gpu_gib * GiB, **kw)
-        flags = {"grad_ckpt": "--grad_ckpt", "micro_tokens": "--micro_tokens", "world": "torchrun --nproc_per_node",
-                 "lora_rank": "--lora_rank", "engine_bytes": "--sleep"}
-        print("  would fit with: " + (" ".join(f"{flags[k]} {int(v) if k != 'engine_bytes' else 1}"
-                                               for k, v in fix.items()) if fix else "none of --grad_ckpt 1, smaller "
-                                      "--micro_tokens, --sleep 1, more ranks or --lora_rank 16"))
+        print("  would fit with: " + fix_flags(fits(cfg, gpu_gib * GiB, **kw)))
     return ok
+
+
+def fix_flags(fix):
+    """fits()'s answer as the flags a user adds."""
+    if not fix:
+        return "none of --grad_ckpt 1, smaller --micro_tokens, --sleep 1, more ranks or --lora_rank 16"
+    flags = {"grad_ckpt": "--grad_ckpt", "micro_tokens": "--micro_tokens", "world": "torchrun --nproc_per_node",
+             "lora_rank": "--lora_rank", "engine_bytes": "--sleep"}
+    return " ".join(f"{flags[k]} {int(v) if k != 'engine_bytes' else 1}" for k, v in fix.items())
 
 
 # ---- measured -----------------------------------------------------------------------------------------

@@ -148,3 +148,68 @@ def test_plan_needs_no_datasets_and_no_download():
         r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=300,
                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
         assert r.returncode == 0 and "fits in 80 GiB" in r.stdout, (task, r.stdout[-1500:] + r.stderr[-1500:])
+
+
+H100 = 79.1 * scale.GiB  # an 80 GB H100 as torch sees it (total_memory)
+
+
+def start_args(*flags, world=1):
+    """train.py's flags as its start-up check sees them on a GPU box (--plan: GPU defaults on this CPU)."""
+    import train
+    os.environ["WORLD_SIZE"] = str(world)
+    try:
+        return train.get_args([*flags, "--plan"])
+    finally:
+        del os.environ["WORLD_SIZE"]
+
+
+def test_start_check_refuses_a_run_that_does_not_fit_and_names_flags_that_do():
+    """train.py on CUDA refuses at start, in one line, a run the plan says will not fit the GPU, naming flags
+    that would (and --plan_check 0); the flags it names fit. plan_verdict takes the GPU's memory as an argument."""
+    import train
+    cfg = scale.shape_config("qwen3-1.7b")
+    flags = ["--task", "math", "--policies", "per-role", "--model", "Qwen/Qwen3-1.7B"]
+    total, err = train.plan_verdict(start_args(*flags), cfg, H100, 1)
+    assert total > H100 and err and "\n" not in err and "--plan_check 0" in err, err
+    fix = err.split("add ")[1].split(" (")[0].split()
+    assert fix == ["--grad_ckpt", "1", "--sleep", "1"], err
+    total, err = train.plan_verdict(start_args(*flags, *fix), cfg, H100, 1)
+    assert err is None and total <= H100
+    assert start_args(*flags, "--plan_check", "0").plan_check == 0
+
+
+def readme_commands():
+    """(argv, world size) of every train.py command in the README's GPU and Multi-GPU sections."""
+    text = open(os.path.join(HERE, "README.md")).read()
+    out = []
+    for title in ("## GPU (one box, CUDA)", "## Multi-GPU"):
+        sec = text.split(title, 1)[1].split("\n## ", 1)[0].replace("\\\n", " ")
+        for line in sec.splitlines():
+            words = line.split("#")[0].split()
+            if not line.startswith("    ") or "train.py" not in words:
+                continue
+            world = int(words[0].split("=")[1]) if words[0].startswith("WORLD_SIZE=") else 1
+            if words[0] == "torchrun":
+                get = lambda k, d: int(words[words.index(k) + 1]) if k in words else d
+                world = get("--nproc_per_node", 1) * get("--nnodes", 1)
+            out.append((words[words.index("train.py") + 1:], world))
+    return out
+
+
+def test_every_readme_gpu_command_fits_its_gpu(capsys):
+    """Each train.py command of the README's GPU and Multi-GPU sections fits an 80 GB H100 by --plan (the
+    plan train.py checks at start), with its ranks' WORLD_SIZE."""
+    import train
+    cmds = readme_commands()
+    assert len(cmds) >= 11 and any(w == 8 for _, w in cmds) and any(w == 16 for _, w in cmds)
+    bad = []
+    for argv, world in cmds:
+        os.environ["WORLD_SIZE"] = str(world)
+        try:
+            train.main([*argv, "--plan", "--plan_gpu_gib", str(H100 / scale.GiB)])
+        except SystemExit as e:
+            if e.code != 0:
+                bad.append((" ".join(argv), world, capsys.readouterr().out.splitlines()[-2:]))
+        finally:
+            del os.environ["WORLD_SIZE"]
+    assert not bad, bad

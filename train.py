@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import random
+import sys
 import time
 
 import torch
@@ -94,7 +95,7 @@ def get_args(argv=None):
     A("--grad_ckpt", type=int, default=0, choices=(0, 1), help="1: gradient checkpointing (recompute each layer in backward)")
     # ---- evaluation, output, checkpoints
     A("--eval_n", type=int, default=0, help="held-out test problems evaluated before and after training, "
-                                            "with eval.py's protocol for the task (math: avg@5 at T=0.6; else greedy)")
+                                            "with eval.py's protocol for the task (math: avg@5 at T=0.6; code: T=0.7; else greedy)")
     A("--eval_every", type=int, default=0, help="also evaluate every N steps (0: only before/after)")
     A("--out_dir", default="runs/default", help="metrics, samples and checkpoints go here")
     A("--save_every", type=int, default=50, help="checkpoint every N steps (and at the end); 0: only at the end")
@@ -107,6 +108,8 @@ def get_args(argv=None):
     A("--plan", action="store_true", help="print the expected peak memory per GPU of this run (from the model's "
       "config.json alone, for WORLD_SIZE ranks) and what would make it fit, then exit (1: does not fit)")
     A("--plan_gpu_gib", type=float, default=80.0, help="GPU memory --plan fits into")
+    A("--plan_check", type=int, default=1, choices=(0, 1), help="1: on cuda, refuse at start a run that the memory "
+      "plan (--plan, for this GPU's memory) says will not fit, naming flags that would; 0: run it anyway")
     args = parse_args(ap, argv)
     if args.K < 2:
         die(f"--K must be >= 2 (a group needs at least two samples), got {args.K}")
@@ -249,12 +252,14 @@ def step_metrics(step, samples, finals, roles, updates, policies):
     for role in roles:
         sums[f"reward/{role}"] = sum(s.reward for s in samples if s.role == role)
         sums[f"n/{role}"] = sum(s.role == role for s in samples)
+        sums[f"cut/{role}"] = sum(s.truncated for s in samples if s.role == role)  # hit max_tokens, no EOS
     s = all_reduce_sums(sums)
     m = {"step": step, "success": s["wins"] / max(1, s["episodes"]), "samples": int(s["samples"]),
          "tokens": int(s["tokens"]), "zero_adv_frac": s["zero_adv_groups"] / max(1, s["groups"]),
          "groups": int(s["groups"]), "truncated": int(s["truncated"])}
     for role in roles:
         m[f"reward/{role}"] = s[f"reward/{role}"] / max(1, s[f"n/{role}"])
+        m[f"cut/{role}"] = s[f"cut/{role}"] / max(1, s[f"n/{role}"])  # share of its responses cut at --max_tokens
     for name, u in updates.items():  # loss, grad norm, logp_gap, skipped steps and the objective's own stats
         m.update({f"{k}/{name}": v for k, v in u.items() if k != "samples"})
         m[f"lr/{name}"] = policies[name].sched.get_last_lr()[0]
@@ -347,25 +352,66 @@ def eval_command(args, ckpt):
     return " ".join(parts + [f"--model {ckpt}"])
 
 
+def plan_kwargs(args, cfg, gpu_bytes, world):
+    """scale.plan's arguments for this run's flags on `world` GPUs of gpu_bytes each (the engine takes
+    --gpu_memory_utilization of it). On a machine without a GPU it plans for one (bf16 unless --dtype
+    float32 was given on a GPU box)."""
+    import scale
+    bf16 = args.dtype == "bfloat16" or args.device == "cpu"
+    n, b = scale.n_params(cfg), 2 if bf16 else 4
+    names = P.policy_names(task_roles(args), args.policies)
+    share = args.gpu_memory_utilization * gpu_bytes if args.engine == "vllm" else n * b
+    replicas = len(names) * n * b if world > 1 and len(names) > 1 and not args.lora_rank else 0
+    return dict(policies=len(names), lora_rank=args.lora_rank, world=world, fsdp=args.fsdp != 0, bf16=bf16,
+                micro_tokens=args.micro_tokens, grad_ckpt=bool(args.grad_ckpt), logp_chunk=args.logp_chunk,
+                kl=args.kl_coef > 0, engine_bytes=0 if args.sleep else share, rollout_bytes=share + replicas)
+
+
+def plan_verdict(args, cfg, gpu_bytes, world):
+    """(planned peak bytes per GPU, None if that fits gpu_bytes, else the one-line refusal naming the
+    flags that would fit). What train.py checks at start on CUDA, with the GPU's own memory."""
+    import scale
+    kw = plan_kwargs(args, cfg, gpu_bytes, world)
+    total = scale.plan(cfg, **kw)["total"]
+    if total <= gpu_bytes:
+        return total, None
+    fix = scale.fits(cfg, gpu_bytes, **kw)
+    return total, (f"the memory plan says this run needs {total / scale.GiB:.1f} GiB per GPU and the GPU has "
+                   f"{gpu_bytes / scale.GiB:.1f} GiB: " + (f"add {scale.fix_flags(fix)}" if fix else scale.fix_flags(fix)
+                   + " makes it fit") + " (--plan prints the plan; --plan_check 0 runs it anyway)")
+
+
 def plan_run(args):
-    """--plan: scale.plan for this run's settings, weights never loaded. On a machine without a GPU it plans
-    for one (bf16 unless --dtype float32 was given on a GPU box)."""
+    """--plan: scale.plan for this run's settings, weights never loaded."""
     import scale
     try:
         cfg = scale.load_config(args.tiny_dir if args.model == "tiny" else args.model)
     except (ValueError, OSError) as e:
         die(str(e).splitlines()[0])
     world = int(os.environ.get("WORLD_SIZE", 1))
-    bf16 = args.dtype == "bfloat16" or args.device == "cpu"
-    n, b = scale.n_params(cfg), 2 if bf16 else 4
-    names = P.policy_names(task_roles(args), args.policies)
-    share = args.gpu_memory_utilization * args.plan_gpu_gib * scale.GiB if args.engine == "vllm" else n * b
-    replicas = len(names) * n * b if world > 1 and len(names) > 1 and not args.lora_rank else 0
-    ok = scale.print_plan(cfg, args.model, args.plan_gpu_gib, policies=len(names), lora_rank=args.lora_rank, world=world,
-                          fsdp=args.fsdp != 0, bf16=bf16, micro_tokens=args.micro_tokens, grad_ckpt=bool(args.grad_ckpt),
-                          logp_chunk=args.logp_chunk, kl=args.kl_coef > 0, engine_bytes=0 if args.sleep else share,
-                          rollout_bytes=share + replicas)
-    return 0 if ok else 1
+    kw = plan_kwargs(args, cfg, args.plan_gpu_gib * scale.GiB, world)
+    return 0 if scale.print_plan(cfg, args.model, args.plan_gpu_gib, **kw) else 1
+
+
+def plan_at_start(args, model_dir, local_rank, world, master, log):
+    """CUDA: the plan for this run on this GPU, from the model's config (every rank computes the same;
+    rank 0 says it). A run it says will not fit is refused, unless --plan_check 0. Returns the planned
+    peak bytes per GPU (None off CUDA, or without a readable config)."""
+    if args.device != "cuda":
+        return None
+    import scale
+    try:
+        cfg = scale.load_config(model_dir)
+    except (ValueError, OSError) as e:
+        log(f"memory plan: skipped ({str(e).splitlines()[0]})")
+        return None
+    gpu = torch.cuda.get_device_properties(local_rank).total_memory
+    total, err = plan_verdict(args, cfg, gpu, world)
+    if err and args.plan_check:
+        die(err) if master else sys.exit(2)
+    log(f"memory plan: {total / scale.GiB:.1f} GiB per GPU of {gpu / scale.GiB:.1f} GiB" +
+        (" (does NOT fit; --plan_check 0)" if err else ""))
+    return total
 
 
 def open_out_dir(args):
@@ -544,6 +590,7 @@ def main(argv=None):
 
     # ---- model, tokenizer, one policy per name (shared: one; per-role: one per role), resume
     model_dir = resolve_model(args, master, log)
+    planned = plan_at_start(args, model_dir, local_rank, world, master, log)  # refuses a run that will not fit
     torch.manual_seed(args.seed + rank)
     # our own seeded streams, one per decision, so an A/B of one does not move the other: tree sampling's
     # tie-breaks (rollout.pick_branch) and the mini-batch shuffle (policies.update)
@@ -587,6 +634,9 @@ def main(argv=None):
         # 1-4. rollout -> groups and advantages -> one update per policy -> new weights to the engine
         m, samples = train_step(args, step, sampler, engine, policies, replicas, streams, objective, roles, device,
                                 rank, world, max_prompt_tokens)
+        if planned and step == start:  # the plan next to what the first step took
+            log(f"memory at step {step + 1}: planned peak {planned / 2 ** 30:.1f} GiB per GPU; measured peak "
+                f"{max(m['mem/peak_gib'])} GiB (torch allocator), GPU in use {max(m['mem/used_gib'])} GiB")
         # 5. evaluation, metrics, log, checkpoint
         if args.eval_n and args.eval_every and (step + 1) % args.eval_every == 0:
             ev = run_eval()
