@@ -136,8 +136,15 @@ def task_roles(args):
 
 
 def problem_count(args, split):
-    """How many distinct problems a split holds (None: procedural, unlimited)."""
-    return envs.count(args.task, split, **envs.task_options(args.task, args))
+    """How many distinct problems a split holds (None: procedural, unlimited). A split the data cannot
+    serve, or an empty one, is a one-line error naming it (0 is not "unlimited")."""
+    try:
+        n = envs.count(args.task, split, **envs.task_options(args.task, args))
+    except ValueError as e:
+        die(str(e))
+    if n == 0:
+        die(f"the {split} split of task {args.task} (--data {getattr(args, 'data', None)}) is empty")
+    return n
 
 
 # ---- processes -------------------------------------------------------------------------------------

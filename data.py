@@ -188,7 +188,11 @@ def _local(data, split, kind):
     path = data[len("split:"):] if by_hash else data
     recs = list(_local_file(path, kind).values())
     if by_hash:
-        return [r for r in recs if split_of(("data", " ".join(r["problem"].split()))) == split]
+        got = [r for r in recs if split_of(("data", " ".join(r["problem"].split()))) == split]
+        if not got:  # (a task would take problem i of 0 rows; a count of 0 reads as "unlimited")
+            raise ValueError(f"{data}: the {split} split is empty (none of the file's {len(recs)} records hashes to "
+                             "it: ~80% go to train, 10% each to val and test); give a larger file, or the file itself")
+        return got
     if split != "train":
         warnings.warn(f"{path}: a local file is one set (train, val and test are all of it): a run that trains "
                       f"on it is evaluated on its own training problems; data='split:{path}' holds out 10% val "

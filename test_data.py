@@ -699,3 +699,25 @@ print(" ".join(sorted({m.decode() for t in texts for m in pat.findall(t)})) or "
     for early in ["import os\nos._exit(0)", "import sys\nsys.exit(0)", "pass", "print()"]:
         r = data.run_tests(early, p)
         assert r.passed == 0 and "got: ''" in r.failures[0] or "got: '\\n'" in r.failures[0], (early, r)
+
+
+def test_an_empty_split_of_a_file_is_a_one_line_error(tmp_path, fresh_cache, tiny_dir, capsys):
+    """--data split:FILE whose records all hash to train (a small file): its test split is empty. Evaluating
+    it crashed (ZeroDivisionError: the count 0 was read as "unlimited", then problem 0 of 0 rows); it is a
+    one-line error naming the split and the file, from the loader and from eval.py alike."""
+    import eval as ev
+    rows, i = [], 0
+    while len(rows) < 4:  # problems whose content hash names train
+        p = f"What is {i} plus 1?"
+        if envs_split(p) == "train":
+            rows.append({"problem": p, "answer": str(i + 1)})
+        i += 1
+    path = write_jsonl(tmp_path / "small.jsonl", rows)
+    assert len(data.load_math("train", f"split:{path}")) == 4
+    with pytest.raises(ValueError, match=r"small\.jsonl.*test split.*empty"):
+        data.load_math("test", f"split:{path}")
+    with pytest.raises(SystemExit) as e:
+        ev.main(["--task", "math", "--data", f"split:{path}", "--split", "test", "--model", tiny_dir,
+                 "--engine", "hf", "--device", "cpu", "--n", "4"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "test split" in err and "small.jsonl" in err, err
