@@ -83,7 +83,8 @@ class Reward(float):
 
 # the option of the tasks that read data.py's datasets (math, code)
 DATA_OPTION = {"data": dict(help="math/code data: default = the paper's hub sets; 'offline' (shipped), "
-                                 "'arith' (math: procedural word problems), 'humaneval' (code), a local "
+                                 "'arith' (math: procedural word problems), 'funcs' (code: procedural short "
+                                 "functions), 'humaneval' (code, test split only), a local "
                                  "JSONL/Parquet file (one set: its val/test are its training problems, with a "
                                  "warning), or split:FILE (split by content hash, 80/10/10)")}
 

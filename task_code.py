@@ -1,11 +1,13 @@
 """code: a coder writes a program (stdin/stdout, or the function a problem names), a unit-tester writes
-tests. Problems come from data.py's loaders (index wraps around); tests run in the sandbox.
+tests. Problems come from data.py's loaders, or with `--data funcs` from funcs.py's procedural short
+functions (index wraps around); tests run in the sandbox.
 
     python -m pytest -q test_envs.py
 """
 import copy
 import re
 
+import funcs
 from task import DATA_OPTION, Task, closed_code, extract_code
 
 
@@ -41,19 +43,23 @@ class Code(Task):
     Single-agent workflow: the coder alone, one program."""
     NAME = "code"
     ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
-    OPTIONS = {**Task.OPTIONS, **DATA_OPTION}
+    OPTIONS = {**Task.OPTIONS, **DATA_OPTION,
+               "max_turns": {**Task.OPTIONS["max_turns"], "default": 5}}  # the reference's code workflow: 5 turns
 
     def __init__(self, split="train", index=0, **options):
-        import data as D  # lazily: data.py imports the sandbox
         super().__init__(split, index, **options)
-        rows = D.load_code(split, self.options["data"])
+        rows = self.rows(split, self.options["data"])
         self.task = rows[index % len(rows)]  # shared by clones, never mutated
         self.program, self.tests, self.failures = None, [], []  # generated tests, their failures
 
+    @staticmethod
+    def rows(split, data):
+        import data as D  # lazily: data.py imports the sandbox
+        return funcs.problems(split) if data == "funcs" else D.load_code(split, data)
+
     @classmethod
     def count(cls, split, data=None, **options):
-        import data as D
-        return len(D.load_code(split, data))
+        return len(cls.rows(split, data))
 
     def render(self, role):
         kind, ep = self.task["kind"], self.task.get("entry_point")

@@ -603,3 +603,22 @@ def test_model_without_chat_template_is_a_one_line_error(tiny_dir, capsys):
         R.encode_prompt(tok, msgs)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "no chat template" in err and "instruct" in err, err
+
+
+def test_funcs_splits_by_value_and_references_pass_where_wrong_programs_fail():
+    import data
+    import funcs
+    splits = {s: funcs.problems(s) for s in ("train", "val", "test")}
+    names = {s: {p["name"] for p in ps} for s, ps in splits.items()}
+    assert all(len(names[s]) == len(splits[s]) for s in splits)  # no problem twice within a split
+    assert not names["train"] & names["val"] and not names["train"] & names["test"] and not names["val"] & names["test"]
+    assert len(splits["test"]) > 100 and len(splits["val"]) > 100 and envs.count("code", "test", data="funcs") == len(splits["test"])
+    assert envs.make("code", "test", len(splits["test"]), data="funcs").task is splits["test"][0]  # wraps around
+    firsts = {p["entry_point"]: p for p in splits["train"]}  # one problem of each template
+    assert len(firsts) == len(funcs.TEMPLATES)
+    for p in firsts.values():
+        assert len(p["tests"]) == 5 and data.run_tests(p["reference"], p).ok, p["name"]
+        wrong = p["reference"].split("\n")[0] + "\n    return None\n"  # every expected value is something
+        assert data.run_tests(wrong, p).passed == 0, p["name"]
+    e = envs.make("code", "test", 0, data="funcs", workflow="single")
+    assert e.step("coder", e.reference("coder")) == 2.0 and e.success
