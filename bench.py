@@ -7,8 +7,9 @@ are noisy; compare within a run, not across runs).
     python bench.py --sections scale     # the update at the paper's shapes (scale.py; --device cuda on a GPU)
     python bench.py --sections soak --soak_steps 500   # a long run's resources, sampled as it goes (~30 min)
 
-1. Sandbox: runs/s of the worker pool vs one bubblewrap namespace per run, for print(1) and a 50 ms
-   CPU-bound program.
+1. Sandbox: runs/s of the worker pool and of one bubblewrap namespace per run, each as a ratio to bare
+   `python -I -c` subprocesses, for print(1) and a 50 ms CPU-bound program (--sandbox_before: an older
+   sandbox.py's pool too).
 2. Env: the share of a training step spent stepping envs (plan_path with a code-writing tool agent, and
    the code task), before (one namespace per run, envs one by one) and after (pool, envs in threads).
 3. Rollout: vLLM (in process) vs HF `generate`, tokens per second for a tree-sampling batch; and vLLM
@@ -64,26 +65,41 @@ def time_update(model, samples, fn, micro):
 CPU_50MS = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.05:\n    pass\nprint(1)"
 
 
-def bench_sandbox(n):
-    """runs/s of the worker pool vs one bubblewrap namespace per run, same jobs through the same queue;
-    the two paths alternate twice and each keeps its best (shared machines are noisy)."""
+def bench_sandbox(n, before=None):
+    """runs/s of bare `python -I -c` subprocesses (no sandbox), one bubblewrap namespace per run and the
+    worker pool, same jobs through the same queue (one job per core); the paths alternate twice and each
+    keeps its best (shared machines are noisy). `before`: also the pool of another sandbox.py (an older
+    version, `git show REV:sandbox.py > FILE`), in the same run."""
+    import importlib.util
+    import subprocess
+    import sys
     import sandbox
     if sandbox._bwrap() is None or sandbox._pool() is None:
         print("sandbox: bubblewrap or the worker pool is not usable here; nothing to compare")
         return
+    bare = lambda code: subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                                       env=sandbox.PATH, cwd="/")
+    paths = {"bare python -c": lambda jobs: list(sandbox._executor(None, os.getpid()).map(lambda j: bare(j[0]), jobs)),
+             "one namespace per run": lambda jobs: sandbox.run_many(jobs, pool=False),
+             "worker pool": lambda jobs: sandbox.run_many(jobs, pool=True)}
+    if before:
+        spec = importlib.util.spec_from_file_location("sandbox_before", before)
+        old = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(old)
+        paths["worker pool, before"] = lambda jobs: old.run_many(jobs, pool=True)
     for name, code in (("print(1)", "print(1)"), ("50 ms CPU", CPU_50MS)):
         jobs, best = [(code, "")] * (n if name == "print(1)" else max(8, n // 10)), {}
         for _ in range(2):
-            for path, pool in (("one namespace per run", False), ("worker pool", True)):
-                sandbox.run_many(jobs[:4], pool=pool)  # warm: workers started, caches filled
+            for path, go in paths.items():
+                go(jobs[:4])  # warm: workers started, caches filled
                 t = time.time()
-                rs = sandbox.run_many(jobs, pool=pool)
+                rs = go(jobs)
                 dt = time.time() - t
                 assert all(r.returncode == 0 and r.stdout == "1\n" for r in rs), rs[0]
                 best[path] = max(best.get(path, 0.0), len(jobs) / dt)
-        old, new = best["one namespace per run"], best["worker pool"]
-        print(f"sandbox {name:9s}: {old:6.1f} runs/s one namespace per run, {new:6.1f} runs/s worker pool: "
-              f"{new / old:.1f}x ({len(jobs)} jobs, {sandbox.CORES} cores)")
+        ref = best["bare python -c"]
+        print(f"sandbox {name:9s} ({len(jobs)} jobs, {sandbox.CORES} cores): " +
+              ", ".join(f"{path} {v:6.1f} runs/s ({v / ref:.2f}x bare)" for path, v in best.items()))
 
 
 ENV_RUNS = {  # the two tasks whose steps run programs: games with a tool agent writing code, and code
@@ -127,6 +143,8 @@ def main():
     ap.add_argument("--max_tokens", type=int, default=64, help="tokens per completion (no EOS stop)")
     ap.add_argument("--sections", nargs="+", default=SECTIONS[:-2], choices=SECTIONS, help="what to measure (default: all but scale and soak)")
     ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
+    ap.add_argument("--sandbox_before", default=None, help="also measure the pool of this sandbox.py (an older "
+                    "version: git show REV:sandbox.py > FILE) in the same run")
     S = ap.add_argument_group("scale (--sections scale; lists are comma-separated)")
     csv = lambda f: lambda s: [f(x) for x in s.split(",")]
     S.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the update runs")
@@ -158,7 +176,7 @@ def main():
         import tiny
         model_dir = tiny.build(os.path.join(tempfile.mkdtemp(), "tiny"), sft_steps=0, log=lambda s: None)
     if "sandbox" in a.sections:
-        bench_sandbox(a.sandbox_jobs)
+        bench_sandbox(a.sandbox_jobs, a.sandbox_before)
     if "env" in a.sections:
         bench_env(model_dir)
     if "engine" in a.sections:

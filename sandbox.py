@@ -1,12 +1,23 @@
 """Run untrusted, model-written Python with limits. Nothing model-written runs anywhere else.
 
-Always (Linux): `timeout` is CPU time (RLIMIT_CPU, whole seconds rounded up: the kernel's SIGXCPU, then
-SIGKILL), so a verdict is the same on a loaded machine as on an idle one (a reward must not depend on
-what else runs); a wall-clock cap of WALL_FACTOR x timeout + WALL_SLACK s stops a program that sleeps or
-blocks: the process group (and namespace) is SIGKILLed and run() returns. Either way Result.timed_out is
-set. Also rlimits on address space, file size (1 MiB), open files, processes, core dumps; stdout capped
-at `out_bytes` (default MAX_OUTPUT; Result.truncated says it was cut) and stderr at
-MAX_OUTPUT while read; a stripped environment; Python isolated mode (-I).
+Limits, the same on every path below and on any core count (a verdict is a reward: it must not depend on
+the machine, its load, or the path):
+- `timeout` is CPU time of ALL the job's processes together (children, threads, orphans): a _Watch looks at
+  them every POLL s from /proc (their PID namespace's own /proc; the fallback's: the job's session) and
+  stops the job once their sum reaches it; it has then timed out whatever its exit code (uncounted: a
+  process that lives < POLL s and is reaped without a wait; in the fallback, one that leaves the session).
+  Chosen over a cgroup CPU budget, which needs root and a writable cgroup tree that CI and containers may
+  not have.
+  RLIMIT_CPU (soft = hard, the kernel's SIGKILL) is only a backstop at 1.5 x timeout + 1 s: the kernel
+  samples it by the tick, and under load it fired at 0.86 CPU-s of a 1 s limit.
+- A job that makes no CPU progress (and has no runnable process) for `timeout` s of wall time is stopped
+  (it sleeps or blocks: Result.stalled, and timed_out); one that keeps making progress is stopped at the
+  wall-clock cap, WALL_FACTOR x timeout + WALL_SLACK s. Either way the job's processes (and namespaces) die.
+- One BLAS/OpenMP thread (ONE_THREAD: numpy would start one per core, each using the CPU limit and memory).
+- rlimits on address space, file size (1 MiB), open files, processes, core dumps; stdout capped at
+  `out_bytes` (default MAX_OUTPUT; Result.truncated says it was cut) and stderr at MAX_OUTPUT while read;
+  a stripped environment; Python isolated mode (-I).
+Under torchrun the pool and queue use this process's share of the cores (CORES: cores / LOCAL_WORLD_SIZE).
 
 Preferred, bubblewrap (`bwrap` on PATH and passing a probe): no network (own netns, only its own
 loopback); own PID namespace (it sees and can signal only its own processes, and the kernel kills them
@@ -20,7 +31,7 @@ works, else `unshare -n`, else nothing, in a fresh host temp dir removed afterwa
 sees the host filesystem and can write wherever its user can; as root (the interpreter must be
 reachable by other uids to drop it) nothing limits its process count.
 Default, the worker pool (bubblewrap as above, plus Linux rights to make nested namespaces; probed once,
-warned and skipped where it fails): one namespace per worker, one worker per core, each holding a warm
+warned and skipped where it fails): one namespace per worker, one worker per core (CORES), each holding a warm
 interpreter that forks every job into fresh PID, mount and IPC namespaces of its own (own /tmp tmpfs,
 own /proc, the program is their PID 1: whatever it leaves dies with it), same limits and uid drop.
 Every property above holds per job; see the comment above _SERVER. run_many and concurrent run()
@@ -30,7 +41,8 @@ On every path a program behaves as under plain `python -I -c` (same returncode a
 programs of test_sandbox.py check it), whether the caller is root, SANDBOX_POOL is set, or Python lives
 under /tmp.
 Never enforced: syscall filtering (no seccomp); disk use in the fallback beyond 1 MiB per file.
-Cost: `python bench.py --sandbox` prints runs/s of the pool vs one namespace per run.
+Cost: `python bench.py --sections sandbox` prints runs/s of the pool and of one namespace per run, as ratios
+to bare `python -I -c` subprocesses.
 
     python -m pytest -q test_sandbox.py
 """
@@ -56,11 +68,18 @@ from functools import lru_cache
 MAX_OUTPUT = 1 << 16  # bytes kept of stderr, and of stdout unless run(out_bytes=) says otherwise
 TMPFS_BYTES = 64 << 20  # all a bwrap-sandboxed program may write
 ROOT = os.geteuid() == 0
-PATH = {"PATH": "/usr/bin:/bin"}
-CORES = len(os.sched_getaffinity(0)) or 1
+# numpy's OpenBLAS (and OpenMP, MKL, ...) would start one thread per core: each counts against the job's CPU
+# limit and adds stack and buffers to its address space (12+ threads exceed 512 MiB): one thread, everywhere
+ONE_THREAD = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "GOTO_NUM_THREADS")}
+PATH = {"PATH": "/usr/bin:/bin", **ONE_THREAD}
+# this process's share of the cores: torchrun's LOCAL_WORLD_SIZE ranks on one machine each run a pool
+CORES = max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE") or 1)))
 # wall-clock cap = WALL_FACTOR x timeout + WALL_SLACK: room for a program near its CPU limit on a machine
-# loaded ~4x, and for start-up; only programs that sleep or block (or fork CPU hogs) ever reach it
+# loaded ~4x, and for start-up; only programs that keep making CPU progress (or stay runnable) reach it
 WALL_FACTOR, WALL_SLACK = 4, 5.0
+POLL = 0.05  # s between two looks at a running job's processes (their CPU, a stall); shorter jobs are never looked at
+TICK = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
 POOL = os.environ.get("SANDBOX_POOL", "1") != "0"  # 0: one bubblewrap namespace per run (the slow path, for comparison)
 PYTHON_DIRS = sorted({d for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                                   os.path.dirname(os.path.realpath(sys.executable)))  # a venv and its Python
@@ -74,6 +93,7 @@ class Result:
     returncode: int
     timed_out: bool
     truncated: bool = False  # stdout was longer than out_bytes: only its first out_bytes are kept
+    stalled: bool = False  # stopped for making no CPU progress for `timeout` s of wall time (it blocked); timed_out too
 
 
 def _works(argv):
@@ -111,8 +131,9 @@ def _bwrap():
         a += ["--perms", "0755", "--dir", d]
     for d in PYTHON_DIRS:
         a += ["--ro-bind", d, d]
-    a += ["--chdir", "/tmp", "--setenv", "PATH", PATH["PATH"], "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
-          "--setenv", "LANG", "C.UTF-8"]
+    for k, v in {**PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}.items():
+        a += ["--setenv", k, v]
+    a += ["--chdir", "/tmp"]
     if ROOT:  # for setpriv, which drops them all with the uid
         a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     if shutil.which("bwrap") and _works([*a, "--", *_drop(65534)]):
@@ -140,9 +161,9 @@ def _limits(cpu_s, mem_bytes, nproc):
         for lim, n in ((resource.RLIMIT_AS, mem_bytes), (resource.RLIMIT_FSIZE, 1 << 20), (resource.RLIMIT_NOFILE, 64),
                        (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(lim, (n, n))
-        # SIGXCPU at the limit kills the program (under bwrap its exit status says so: 152); SIGKILL a second
-        # later, for one that is PID 1 (unshare's fallback: it ignores SIGXCPU) or catches it
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        # soft = hard, as in the pool: the kernel's SIGKILL, which neither PID 1 (unshare's fallback) nor a
+        # SIGXCPU handler escapes; a backstop only (see _backstop)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     return apply
 
 
@@ -177,12 +198,14 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
     try:
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
         p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w,
-                             preexec_fn=_limits(_cpu(timeout), mem_mb << 20, nproc))
+                             preexec_fn=_limits(_backstop(timeout), mem_mb << 20, nproc))
         _close(fds, in_r, out_w, err_w)
+        # the job's processes: bwrap's PID namespace, from its own /proc; in the fallback, the session
+        watch = _Watch(timeout, _inside(p.pid) if box is not None else lambda: _procs("/proc", sid=p.pid))
         try:
             end = time.monotonic() + _wall(timeout)
-            out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace")}, out_r, err_r, end, out_bytes)
-            if not closed or (reaped := _reap(p, end)) is None:  # it may have closed its pipes and kept running
+            out, err, closed = _pump(fds, {in_w: stdin.encode("utf-8", "replace")}, out_r, err_r, end, out_bytes, watch)
+            if not closed or (reaped := _reap(p, end, watch)) is None:  # it may have closed its pipes and kept running
                 raise subprocess.TimeoutExpired(cmd, timeout)
             rc, cpu = reaped
         except subprocess.TimeoutExpired:
@@ -194,49 +217,129 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
             out, err = out + o2, err + e2
         finally:
             _kill(p)  # leftovers in a fallback without PID namespace (pgid stays reserved while in use)
-        timed_out = timed_out or _out_of_cpu(rc, cpu, timeout)
+        timed_out = timed_out or max(cpu, watch.used()) >= timeout  # whatever its exit code
     except (OSError, subprocess.SubprocessError, ValueError) as e:  # ValueError: NUL bytes / surrogates in code
-        out, err, rc = b"", f"sandbox: {e}".encode(), -1
+        out, err, rc, watch = b"", f"sandbox: {e}".encode(), -1, None
     finally:
         _close(fds, *fds)
         if work:
             shutil.rmtree(work, ignore_errors=True)
-    return _result(out, err, rc, timed_out, out_bytes)
+    return _result(out, err, rc, timed_out, out_bytes, watch is not None and watch.why == "stalled")
 
 
-def _reap(p, deadline=None):
-    """Wait for Popen `p` (until `deadline`, then None): (returncode, CPU seconds of p and of every process
-    it waited for; bwrap and unshare wait for the program, so its time is in there)."""
+def _reap(p, deadline=None, watch=None):
+    """Wait for Popen `p` (until `deadline` or `watch` says stop, then None): (returncode, CPU seconds of p
+    and of every process it waited for)."""
     delay = 0.0005
     while True:
         pid, status, ru = os.wait4(p.pid, 0 if deadline is None else os.WNOHANG)
         if pid:
             p.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
             return p.returncode, ru.ru_utime + ru.ru_stime
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or watch is not None and watch.stop():
             return None
         time.sleep(delay)
-        delay = min(2 * delay, 0.05)
+        delay = min(2 * delay, POLL)
 
 
-def _out_of_cpu(rc, cpu, timeout):
-    """Was the program stopped by its CPU limit: killed by SIGXCPU, or a failure after ~the limit's CPU time
-    (wait4's count reads up to a few % under the kernel's own)? A program that kills itself did not time
-    out. (Under bwrap, wait4 does not see the program's time, but its SIGXCPU status.)"""
-    return rc in (128 + signal.SIGXCPU, -signal.SIGXCPU) or rc != 0 and cpu >= 0.9 * _cpu(timeout)
+def _stat(path):
+    """(start time, state, ppid, session, own CPU ticks, CPU ticks of the children it waited for) from a
+    /proc/<pid>/stat (a thread group's, all its threads); None once it is gone."""
+    try:
+        with open(path, "rb") as f:
+            s = f.read().rsplit(b")", 1)[1].split()
+        return int(s[19]), s[0], int(s[1]), int(s[3]), int(s[11]) + int(s[12]), int(s[13]) + int(s[14])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
-def _cpu(timeout):
-    return max(1, -int(-timeout // 1))  # whole CPU seconds, rounded up (RLIMIT_CPU's unit)
+def _procs(proc, sid=None, skip=()):
+    """{pid: _stat} of the processes a procfs lists (`proc`: a PID namespace's own /proc, seen from here through
+    /proc/<pid>/root), those of session `sid` only if given, those in `skip` apart."""
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return {}
+    out = {}
+    for d in names:
+        if d.isdigit() and int(d) not in skip and (st := _stat(f"{proc}/{d}/stat")) and sid in (None, st[3]):
+            out[int(d)] = st
+    return out
+
+
+def _child(pid):
+    """A child process of `pid` (host pids), or None. (A scan of /proc: kernels without CONFIG_PROC_CHILDREN
+    have no children file.)"""
+    return next((c for c, st in _procs("/proc").items() if st[2] == pid), None)
+
+
+def _inside(pid):
+    """procs() for a bubblewrap sandbox started as `pid`: every process of its PID namespace, from the
+    namespace's own /proc, reached through its init (bwrap's child, found at the first look)."""
+    init = []
+
+    def procs():
+        if not init and (c := _child(pid)) is not None:
+            init.append(c)
+        found = _procs(f"/proc/{init[0]}/root/proc") if init else {}
+        # until bwrap has mounted the namespace's /proc, that path is the host's (its PID 1 is not bwrap's init)
+        return found if init and found.get(1, (None,))[0] == (_stat(f"/proc/{init[0]}/stat") or (0,))[0] else {}
+    return procs
+
+
+class _Watch:
+    """Looks at a running job's processes every POLL s (`procs()`: {pid: _stat} of them now) and says when it
+    must stop, and why: 'cpu' once their CPU time, all of them together, reaches `timeout`; 'stalled' once for
+    `timeout` s of wall time it has not advanced and none of them was runnable (it sleeps or blocks); 'wall'
+    at the wall cap (a job making progress). CPU counted: every live process's own, plus the larger of what
+    the gone ones had used when last seen and what the live ones reaped (the kernel adds a child's CPU to its
+    parent's when the parent waits for it): never more than the job used. Uncounted: only a process that
+    lives less than POLL s and is reaped without a wait (its parent ignores SIGCHLD)."""
+
+    def __init__(self, timeout, procs):
+        self.timeout, self.procs, self.t0 = timeout, procs, time.monotonic()
+        self.next, self.moved, self.why = self.t0 + POLL, self.t0, None
+        self.seen, self.gone, self.ticks = {}, 0, 0
+
+    def used(self):
+        return self.ticks / TICK
+
+    def wait(self):
+        """Seconds until the next look."""
+        return max(0.0, self.next - time.monotonic())
+
+    def stop(self):
+        now = time.monotonic()
+        if self.why is None and now >= self.next:
+            self.next = now + POLL
+            live = {(pid, st[0]): st for pid, st in self.procs().items()}  # (pid, start time): pids get reused
+            self.gone += sum(self.seen[k][4] for k in self.seen.keys() - live.keys())
+            self.seen = live
+            ticks = sum(st[4] for st in live.values()) + max(self.gone, sum(st[5] for st in live.values()))
+            if ticks > self.ticks or not live or any(st[1] == b"R" for st in live.values()):
+                self.moved = now  # (nothing listed: not started yet, or ending)
+            self.ticks = max(self.ticks, ticks)
+            self.why = ("cpu" if self.ticks >= self.timeout * TICK else
+                        "stalled" if now - self.moved >= self.timeout else None)
+        if self.why is None and now - self.t0 >= _wall(self.timeout):
+            self.why = "wall"
+        return self.why is not None
+
+
+def _backstop(timeout):
+    """RLIMIT_CPU of each process (whole seconds): past the limit the _Watch enforces, never the limit itself.
+    The kernel samples it by the tick: beside two busy processes it killed a program at 0.86 CPU-s of a
+    1 s limit (by the program's own clock), a verdict that would depend on the machine's load."""
+    return -int(-1.5 * timeout // 1) + 1
 
 
 def _wall(timeout):
     return WALL_FACTOR * timeout + WALL_SLACK
 
 
-def _result(out, err, rc, timed_out, out_bytes):
+def _result(out, err, rc, timed_out, out_bytes, stalled=False):
     dec = lambda b, n: b[:n].decode("utf-8", "replace")
-    return Result(dec(out, out_bytes), dec(err, MAX_OUTPUT), rc, timed_out, len(out) > out_bytes)
+    return Result(dec(out, out_bytes), dec(err, MAX_OUTPUT), rc, timed_out or stalled, len(out) > out_bytes, stalled)
 
 
 def _pipe(fds):
@@ -252,9 +355,9 @@ def _close(fds, *which):
             os.close(fd)
 
 
-def _pump(fds, writes, out_fd, err_fd, deadline, out_bytes):
-    """Feed the `writes` ({fd: bytes}), read out_fd/err_fd until both close or the deadline: (out, err,
-    closed). Keeps the first out_bytes + 1 bytes of out (the 1 says it was cut) and MAX_OUTPUT of err, and
+def _pump(fds, writes, out_fd, err_fd, deadline, out_bytes, watch=None):
+    """Feed the `writes` ({fd: bytes}), read out_fd/err_fd until both close, the deadline, or `watch` says
+    stop: (out, err, closed). Keeps the first out_bytes + 1 bytes of out (the 1 says it was cut) and MAX_OUTPUT of err, and
     drains the rest, so a chatty program neither blocks nor fills us. Closes each written fd when its data is all written (the reader's EOF)."""
     bufs, cap = {out_fd: bytearray(), err_fd: bytearray()}, {out_fd: out_bytes + 1, err_fd: MAX_OUTPUT}
     with selectors.DefaultSelector() as sel:
@@ -268,9 +371,9 @@ def _pump(fds, writes, out_fd, err_fd, deadline, out_bytes):
                 _close(fds, fd)
         while sel.get_map():
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or watch is not None and watch.stop():
                 return bytes(bufs[out_fd]), bytes(bufs[err_fd]), False
-            for key, _ in sel.select(left):
+            for key, _ in sel.select(left if watch is None else min(left, watch.wait())):
                 fd = key.fd
                 if fd not in bufs:
                     try:  # writable means PIPE_BUF bytes of room: this cannot block
@@ -334,8 +437,10 @@ def _executor(workers, pid):
 # and the tmpfs and IPC objects go with their namespaces: nothing survives into the next job. Concurrent
 # jobs run in different workers. At the wall-clock cap the whole worker is killed and its slot starts a fresh
 # one. Per run: 2 forks of a warm interpreter instead of a namespace set-up plus an interpreter start.
-# B is plain `python -I -c`: its std streams are built as Python builds them, it exits through the
-# interpreter's own exit, and Python dirs under /tmp are bound back onto its fresh /tmp (test_sandbox's
+# B is plain `python -I -c`: its std streams are built as Python builds them, it exits as the interpreter
+# does for a program (SystemExit's code or message, threads joined, atexit, streams flushed or exit 120,
+# files left open flushed as they are freed), then os._exit: the teardown of the server's own modules was
+# a third of a short job's CPU. Python dirs under /tmp are bound back onto its fresh /tmp (test_sandbox's
 # PLAIN programs check it). (As PID 1 it ignores signals it sends itself without a handler.)
 _SERVER = r"""# sandbox worker
 import ctypes, gc, io, json, os, resource as R, socket, sys, types
@@ -393,14 +498,42 @@ def job(h, fin, fout, ferr, fcode):
     sys.modules["__main__"] = main
     try:
         exec(compile(src, "<string>", "exec"), main.__dict__)
-    except SystemExit:
-        raise
+        code = 0
+    except SystemExit as e:
+        code = exit_code(e.code)
     except BaseException as e:
         e.__traceback__ = e.__traceback__.tb_next  # (the default hook prints this one, not its argument)
         sys.excepthook(type(e), e, e.__traceback__)  # as `python -c` reports it: no frame of ours
-        raise SystemExit(1)
-    raise SystemExit(0)  # out of the server's loop: the interpreter exits as `python -c` does (threads
-    # joined, atexit, std streams flushed or exit 120, files left open flushed as they are freed)
+        code = 1
+    os._exit(finish(main, code))
+def exit_code(c):  # as Python's handle_system_exit: None 0, an int itself, anything else printed, then 1
+    if c is None or isinstance(c, int):
+        return c or 0
+    try:
+        print(c, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
+def finish(main, code):
+    # the program's part of Py_FinalizeEx: non-daemon threads joined, atexit, std streams flushed (a failure:
+    # exit 120), files it left open flushed as they are freed; then os._exit, without tearing down the
+    # server's own modules (most of the time of a short job)
+    import atexit, threading
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    code = flush(code)
+    main.__dict__.clear()
+    gc.collect()
+    return flush(code) & 0xFF if -(1 << 31) <= code < 1 << 31 else 255
+def flush(code):
+    for s in (sys.stdout, sys.stderr):
+        try:
+            if s is not None and not getattr(s, "closed", False):
+                s.flush()
+        except Exception:
+            if s is sys.stdout:
+                code = 120
+    return code
 def mkdirs(d):  # root-owned 0755 mount points on the job's tmpfs, as bwrap made them for the worker
     p = ""
     for part in d.split("/")[1:]:
@@ -465,16 +598,25 @@ class _Worker:
             ready = self._reply(30.0)
         except (OSError, TimeoutError):
             ready = b""
-        if ready != b"ready\n":
+        # the worker's PID namespace, from its own /proc (bwrap's init is 1, the server 2): its other processes
+        # are the job's (its PID 1, in a namespace of its own, and whatever that starts)
+        self.proc_dir = f"/proc/{_child(self.proc.pid)}/root/proc"
+        if ready != b"ready\n" or _procs(self.proc_dir).keys() != {1, 2}:
             self.kill()
             raise RuntimeError("sandbox worker did not start")
 
-    def _reply(self, wait):
-        """One line from the server (bytes, with its newline) within `wait` seconds."""
+    def _reply(self, wait, watch=None):
+        """One line from the server (bytes, with its newline) within `wait` seconds (TimeoutError after them,
+        or once `watch` says stop)."""
         end, buf = time.monotonic() + wait, b""
         while not buf.endswith(b"\n"):
-            if not select.select([self.sock], [], [], max(0.0, end - time.monotonic()))[0]:
+            left = end - time.monotonic()
+            if watch is not None and watch.stop():
                 raise TimeoutError
+            if not select.select([self.sock], [], [], max(0.0, left if watch is None else min(left, watch.wait())))[0]:
+                if left <= 0:
+                    raise TimeoutError
+                continue
             chunk = self.sock.recv(64)
             if not chunk:
                 raise OSError("sandbox worker exited")
@@ -486,25 +628,49 @@ class _Worker:
         fds = []
         try:
             (in_r, in_w), (out_r, out_w), (err_r, err_w), (code_r, code_w) = (_pipe(fds) for _ in range(4))
-            head = json.dumps({"uid": (1 << 20) + secrets.randbelow(1 << 29), "cpu": _cpu(timeout),
+            head = json.dumps({"uid": (1 << 20) + secrets.randbelow(1 << 29), "cpu": _backstop(timeout),
                                "mem": mem_mb << 20, "nproc": nproc, "tmpfs": TMPFS_BYTES,
                                "keep": [d for d in PYTHON_DIRS if d.startswith("/tmp/")]}).encode()
             socket.send_fds(self.sock, [head], [in_r, out_w, err_w, code_r])
             _close(fds, in_r, out_w, err_w, code_r)
             end = time.monotonic() + _wall(timeout)
+            watch = _Watch(timeout, lambda: _procs(self.proc_dir, skip=(1, 2)))
             writes = {in_w: stdin.encode("utf-8", "replace"), code_w: code}
-            out, err, closed = _pump(fds, writes, out_r, err_r, end, out_bytes)
-            if closed:
-                try:
-                    rc, cpu = self._reply(end - time.monotonic()).split()
-                    return _result(out, err, int(rc), _out_of_cpu(int(rc), float(cpu), timeout), out_bytes)
-                except (TimeoutError, ValueError):  # it closed its pipes and kept running
-                    pass
+            out, err, closed = _pump(fds, writes, out_r, err_r, end, out_bytes, watch)
+            for _ in range(2):
+                if closed:
+                    try:
+                        rc, cpu = self._reply(end - time.monotonic(), watch if watch.why is None else None).split()
+                        return _result(out, err, int(rc), watch.why is not None or
+                                       max(float(cpu), watch.used()) >= timeout, out_bytes, watch.why == "stalled")
+                    except (TimeoutError, ValueError):  # it closed its pipes and kept running
+                        pass
+                if watch.why not in ("cpu", "stalled") or not self.kill_job():
+                    break
+                end = time.monotonic() + 5.0  # the server reaps the job (its namespace dies with it) and replies
+                o2, e2, closed = _pump(fds, {}, out_r, err_r, end, out_bytes)
+                out, err = out + o2, err + e2
             self.kill()  # the whole namespace: the program and everything it started
             o2, e2, _ = _pump(fds, {}, out_r, err_r, time.monotonic() + 2.0, out_bytes)
-            return _result(out + o2, err + e2, -9, True, out_bytes)
+            return _result(out + o2, err + e2, -9, True, out_bytes, watch.why == "stalled")
         finally:
             _close(fds, *fds)
+
+    def kill_job(self):
+        """SIGKILL the job's PID 1 (the server's child), which takes its whole namespace with it; the worker
+        stays. (Signalled through a pidfd, a /proc directory: no pid of ours names it.) False if none."""
+        pid = next((p for p, st in _procs(self.proc_dir, skip=(1, 2)).items() if st[2] == 2), None)
+        try:
+            fd = os.open(f"{self.proc_dir}/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+        except (OSError, TypeError):
+            return False
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def kill(self):
         _kill(self.proc)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import uuid
@@ -111,16 +112,101 @@ def test_timeout_returns_promptly(bw, code, monkeypatch):
     # however loaded the machine (a bound near the limit would be a verdict on the machine, not the sandbox)
 
 
+def burn(s):
+    """Source of a loop that burns `s` CPU seconds of its process."""
+    return f"t = time.process_time()\nwhile time.process_time() - t < {s}:\n    pass\n"
+
+
 def test_a_loaded_machine_is_not_a_timeout(bw):
-    """`timeout` counts the program's CPU time, not wall time. A program that waits 2x its limit and then
-    answers (as any program does on a loaded machine, where it gets a sliver of a core) keeps its answer;
-    with a wall-clock limit (as before) it timed out: the same program's reward depended on what else ran.
-    One that burns CPU is stopped by the kernel at its limit (SIGXCPU or SIGKILL), not by the wall cap."""
-    assert run("import time\ntime.sleep(2.0)\nprint('done')", bw, timeout=1.0) == sandbox.Result("done\n", "", 0, False)
-    r = run("while True: pass", bw, timeout=1.0)
-    assert r.timed_out and r.returncode != 0
-    assert r.returncode in {"pool": (137,), "bwrap": (152,), "fallback": (1, -24)}[bw]  # the kernel's SIGKILL (to
-    # PID 1) or SIGXCPU (24; bwrap's PID 2), or unshare's exit when its child was killed; the wall cap's kill reads -9
+    """`timeout` counts the program's CPU time, not wall time. A program that needs 0.3 CPU-s but gets a third
+    of a core (it shares its core with two busy processes) takes ~1 s of wall time, more than its 0.5 s limit,
+    and keeps its answer: it is runnable all along, so it is not stalled either. With a wall-clock limit (as
+    before) it timed out: the same program's reward depended on what else ran."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    code = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n{burn(0.3)}print('done')"
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+            for _ in range(2)]
+    try:
+        r = run(code, bw, timeout=0.5)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert (r.stdout, r.returncode, r.timed_out, r.stalled) == ("done\n", 0, False, False), r
+
+
+@pytest.mark.parametrize("ignore", [False, True], ids=["default", "SIG_IGN"])
+def test_one_cpu_limit_on_every_path(bw, ignore):
+    """The same limit and verdict on all three paths: a program that needs 1.5 CPU-s under a 1 s limit is
+    stopped and reported timed out, whether or not it ignores SIGXCPU (before: in the fallback the program is
+    PID 1, which ignores SIGXCPU, and bwrap's soft limit was a second below its hard one: both passed)."""
+    code = "import signal, time\n" + ("signal.signal(signal.SIGXCPU, signal.SIG_IGN)\n" if ignore else "") + burn(1.5)
+    r = run(code + "print('done')", bw, timeout=1.0)
+    assert r.timed_out and r.returncode != 0 and "done" not in r.stdout, r
+
+
+def test_cpu_of_all_the_jobs_processes_counts(bw):
+    """The limit is the CPU time of ALL the job's processes: 4 children burning 0.9 CPU-s each (3.6 s in all)
+    under a 1 s limit time out, on every path (before: each child was under its own RLIMIT_CPU: it passed)."""
+    code = (f"import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+            f"{textwrap.indent(burn(0.9), ' ' * 8)}        os._exit(0)\n    kids.append(pid)\n"
+            f"for k in kids:\n    os.waitpid(k, 0)\nprint('all done')")
+    r = run(code, bw, timeout=1.0)
+    assert r.timed_out and "all done" not in r.stdout, r
+
+
+@pytest.mark.parametrize("code", ["import os\nr, w = os.pipe()\nos.read(r, 1)", "import time\ntime.sleep(60)"],
+                         ids=["empty-pipe", "sleep"])
+def test_a_blocked_program_is_stopped_after_its_timeout(bw, code, monkeypatch):
+    """A program that makes no CPU progress for its timeout of wall time is stopped then (stalled), not at the
+    wall cap, which only jobs making progress reach (before: it held its slot for the whole wall cap)."""
+    monkeypatch.setattr(sandbox, "WALL_FACTOR", 20)  # the wall cap: 20 x 1 + 5 = 25 s
+    t = time.monotonic()
+    r = run(code, bw, timeout=1.0)
+    assert r.timed_out and r.stalled and r.returncode != 0, r
+    assert time.monotonic() - t < 12  # stopped ~1 s after it blocked; only a run that waits for the cap fails
+
+
+def test_tests_after_a_blocked_one_are_not_run():
+    """data.run_tests: once a test's run stalled (the program blocks), later tests are not run and count as
+    failed, as after a failing test with first_failure: a program that blocks does not hold a slot per test."""
+    import data
+    prog = "import time\nx = input()\nif x == '1':\n    time.sleep(60)\nprint(x)"
+    problem = {"kind": "stdin", "tests": [{"input": str(i), "output": str(i)} for i in range(6)]}
+    rep = data.run_tests(prog, problem, timeout=1.0)
+    assert (rep.passed, rep.total) == (1, 6), rep
+
+
+# makes CPU progress (10% of a core) forever: only the wall cap stops it
+PROGRESS = f"import time\nwhile True:\n{textwrap.indent(burn(0.01), '    ')}    time.sleep(0.09)\n"
+NUMPY = "import numpy as np\nx = np.ones((300, 300))\nfor _ in range(20):\n    y = x @ x\n"
+
+
+def test_numpy_runs_one_thread(bw):
+    """numpy's BLAS starts one thread per core unless told otherwise: every thread counts against the job's CPU
+    limit (and memory). After a matmul, the job's process runs one thread, on every path."""
+    r = run(NUMPY + "print([l for l in open('/proc/self/status') if l.startswith('Threads:')][0].split()[1])", bw,
+            timeout=10.0)
+    assert (r.returncode, r.stdout) == (0, "1\n"), r
+
+
+def test_a_matmul_keeps_its_verdict_beside_a_cpu_bound_job(bw):
+    jobs = [(NUMPY + "print(int(y[0, 0]))", ""), ("while True: pass", "")]
+    rs = sandbox.run_many(jobs, timeout=1.0, bwrap=bw != "fallback", pool=bw == "pool")
+    assert (rs[0].stdout, rs[0].returncode, rs[0].timed_out) == ("300\n", 0, False), rs[0]
+    assert rs[1].timed_out
+
+
+def test_cores_are_shared_among_local_ranks():
+    """Under torchrun (LOCAL_WORLD_SIZE ranks on this machine) each rank's pool and queue get its share of
+    the cores, not all of them (8 ranks would run 8 jobs per core)."""
+    n = len(os.sched_getaffinity(0))
+    driver = (f"import sys\nsys.path.insert(0, {HERE!r})\nimport sandbox\n"
+              f"print(sandbox.CORES, sandbox.Pool().idle.qsize())")
+    for ranks, want in ((1, n), (2, max(1, n // 2)), (4 * n, 1)):
+        p = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "LOCAL_WORLD_SIZE": str(ranks)})
+        assert p.stdout.split() == [str(want)] * 2, (ranks, p.stderr)
 
 
 def test_background_child_is_not_left_behind(bw):
@@ -352,16 +438,17 @@ def test_a_job_leaves_nothing_for_the_next():
 @needs_pool
 def test_a_timed_out_worker_is_replaced(monkeypatch):
     """At the wall cap the worker is killed and its slot starts a fresh one; a job stopped by its CPU
-    limit leaves its worker serving."""
+    limit, or for stalling, leaves its worker serving."""
     monkeypatch.setattr(sandbox, "WALL_SLACK", 0.5)
     pool = sandbox.Pool(1)
     try:
-        assert pool.run("while True: pass", "", 1.0, 512, 64).returncode == 137
-        w = pool.idle.get()
-        assert w is not None and w.proc.poll() is None, "a job out of CPU time killed its worker"
-        pool.idle.put(w)
-        r = pool.run("import time\ntime.sleep(60)", "", 0.5, 512, 64)
-        assert r.timed_out and r.returncode == -9 and w.proc.poll() is not None
+        for code in ("while True: pass", "import time\ntime.sleep(60)"):
+            assert pool.run(code, "", 1.0, 512, 64).returncode == 137
+            w = pool.idle.get()
+            assert w is not None and w.proc.poll() is None, "a job out of CPU time, or stalled, killed its worker"
+            pool.idle.put(w)
+        r = pool.run(PROGRESS, "", 1.0, 512, 64)  # ~0.45 CPU-s by the wall cap, 4 x 1 + 0.5 s
+        assert r.timed_out and not r.stalled and r.returncode == -9 and w.proc.poll() is not None
         assert pool.run("print(input())", "again", 5.0, 512, 64).stdout == "again\n"
     finally:
         pool.close()
@@ -604,7 +691,7 @@ def test_no_leaks_per_job(bw, monkeypatch):
     both = set(warm["inside"]) & set(served)
     assert {p: served[p] for p in both} == {p: warm["inside"][p] for p in both} and (both or bw != "pool")
     monkeypatch.setattr(sandbox, "WALL_SLACK", 0.5)
-    assert run("import time\ntime.sleep(60)", bw, timeout=0.5).timed_out  # a worker killed at the wall cap leaves nothing
+    assert run(PROGRESS, bw, timeout=0.5).timed_out  # a worker killed at the wall cap (2.5 s) leaves nothing
     after, slack = census(), sandbox.CORES - warm["workers"]
     assert after["workers"] <= sandbox.CORES and after["children"] <= warm["children"]
     assert after["fds"] <= warm["fds"] + slack and after["threads"] <= warm["threads"] + sandbox.CORES
