@@ -35,6 +35,7 @@ ranks run zero-weight dummies): a rank with no samples for a policy still takes 
 
     python -m pytest -q test_policies.py
 """
+import contextlib
 import math
 import re
 import warnings
@@ -58,13 +59,16 @@ class LogProbs(torch.nn.Module):
     """The module FSDP wraps as its root: one call = the log-probs of one micro-batch, so the root's
     parameters (embeddings, final norm, lm_head) are gathered around the whole computation."""
 
-    def __init__(self, model, chunk=None):
+    def __init__(self, model, chunk=None, autocast=None):
+        """autocast: a dtype to compute in (torch.autocast) over fp32 weights: the replicated (--fsdp 0)
+        path's mixed precision; FSDP casts its gathered layers itself."""
         super().__init__()
-        self.lm, self.chunk = model, LOGP_CHUNK if chunk is None else chunk
+        self.lm, self.chunk, self.autocast = model, LOGP_CHUNK if chunk is None else chunk, autocast
 
     def forward(self, samples, temperature, device):
-        # clone: FSDP warns about returned views (in-place ops on them would skip its hooks)
-        return [lp.clone() for lp in logprobs(self.lm, samples, temperature, device, self.chunk)]
+        ctx = torch.autocast(torch.device(device).type, self.autocast) if self.autocast else contextlib.nullcontext()
+        with ctx:  # clone: FSDP warns about returned views (in-place ops on them would skip its hooks)
+            return [lp.clone() for lp in logprobs(self.lm, samples, temperature, device, self.chunk)]
 
 
 def shard(net, mesh, bf16):
@@ -118,10 +122,22 @@ def load_adapter_weights(pm, name, adapter_dir):
         raise OSError(f"{adapter_dir}: weights that fit no adapter layer, e.g. {res.unexpected_keys[0]}")
 
 
+def tied_names(model):
+    """{name: the earlier name of the same parameter} for tied parameters (lm_head.weight ->
+    model.embed_tokens.weight with tied embeddings)."""
+    first, tied = {}, {}
+    for k, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            tied[k] = first[id(p)]
+        first.setdefault(id(p), k)
+    return tied
+
+
 class Policy:
     def __init__(self, name, model, lr, weight_decay, warmup, total_steps, schedule="constant", ref=None,
                  mesh=None, bf16=False, grad_ckpt=False, peft=None, net=None, logp_chunk=None):
         """mesh: a 1-D device mesh to shard the model over with FSDP2 (None: a plain model).
+        bf16: compute in bf16 over the model's fp32 weights (FSDP's mixed precision; without a mesh, autocast).
         peft: the PeftModel from lora_model() when `model` carries adapters (this policy's is `name`);
         net: the LogProbs module every adapter of that base shares (already sharded when mesh is set).
         logp_chunk: tokens per lm_head chunk of the log-probs (token_logprobs)."""
@@ -130,7 +146,9 @@ class Policy:
         if grad_ckpt and net is None:  # recompute each layer in backward: activations of one layer at a time
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.sharded = mesh is not None
-        self.net = net if net is not None else LogProbs(model, logp_chunk)
+        # bf16 without FSDP: fp32 master weights (AdamW's steps at lr 1e-6 vanish in bf16), bf16 compute
+        mixed = torch.bfloat16 if bf16 and not self.sharded and next(model.parameters()).dtype == torch.float32 else None
+        self.net = net if net is not None else LogProbs(model, logp_chunk, mixed)
         if self.sharded and net is None:
             shard(self.net, mesh, bf16)
         if self.adapter:  # only this adapter's A and B matrices: gradients and AdamW state for nothing else
@@ -161,18 +179,27 @@ class Policy:
         return self.peft.peft_config[self.adapter] if self.adapter else None
 
     def engine_weights(self, dtype=None):
-        """(name, full tensor) one at a time: the whole model in state_dict() order (tied embeddings
-        included), or with LoRA only this policy's adapter, named as in a peft adapter file. Under FSDP
-        each is all-gathered when reached (a collective: every rank must drain the iterator), so no full
-        copy of the model exists at once. dtype: cast to the engine's dtype."""
+        """(name, full tensor) one at a time: the whole model in state_dict() order, or with LoRA only this
+        policy's adapter, named as in a peft adapter file. Under FSDP each is all-gathered when reached (a
+        collective: every rank must drain the iterator), so no full copy of the model exists at once.
+        A tied tensor is gathered and cast once and yielded under each of its names, one right after the
+        other (vLLM 0.32's in-place reload loads lm_head as a layer of its own: without its name it keeps
+        the old values). dtype: cast to the engine's dtype."""
+        tied = {}
         if self.adapter:
             from peft import get_peft_model_state_dict
             items = get_peft_model_state_dict(self.peft, adapter_name=self.adapter).items()
         else:
+            tied = tied_names(self.model)
             items = self.model.state_dict().items()
         for k, v in items:
+            if k in tied:
+                continue
             v = v.full_tensor() if is_dtensor(v) else v
-            yield k, (v.detach() if dtype is None else v.detach().to(dtype))
+            v = v.detach() if dtype is None else v.detach().to(dtype)
+            yield k, v
+            for alias in (a for a, src in tied.items() if src == k):
+                yield alias, v
 
     def trainer_state(self):
         """Optimiser and scheduler state; under FSDP this rank's shards, as plain tensors."""

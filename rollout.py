@@ -121,7 +121,7 @@ class VLLMEngine:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
         self.adapters[name] = req
-        self.llm.reset_prefix_cache()
+        self.reset_cache()
 
     def generate(self, prompts, n, temperature, max_tokens, adapter=None):
         from vllm import SamplingParams
@@ -140,15 +140,47 @@ class VLLMEngine:
         return res
 
     def load_weights(self, weights):
-        """A state dict, or (name, tensor) pairs streamed one at a time (no full copy held at once)."""
-        self.llm.collective_rpc("reload_weights", kwargs=dict(
-            weights_iterator=iter(weights.items() if hasattr(weights, "items") else weights),
-            is_checkpoint_format=True))
-        self.llm.reset_prefix_cache()
+        """A state dict, or (name, tensor) pairs streamed one at a time (no full copy held at once). A push
+        that leaves any of the engine's parameters unloaded (vLLM's own check, a warning that
+        VLLM_LOGGING_LEVEL=ERROR would hide) is a RuntimeError carrying vLLM's message: the engine would
+        sample from a mix of old and new weights."""
+        with self._warnings("vllm.model_executor.model_loader.reload.inplace",
+                            "vllm.model_executor.model_loader.reload.layerwise") as said:
+            self.llm.collective_rpc("reload_weights", kwargs=dict(
+                weights_iterator=iter(weights.items() if hasattr(weights, "items") else weights),
+                is_checkpoint_format=True))
+        # a rotary embedding's cos/sin cache is derived, never in a checkpoint: vLLM warns for it on every push
+        said = [m for m in said if "RotaryEmbedding: " not in m]
+        if said:
+            raise RuntimeError(f"weight push incomplete: vLLM says {said[0]}")
+        self.reset_cache()
 
     def reset_cache(self):
-        """Forget cached prompt prefixes (an evaluation's), so the next step computes as it would without it."""
-        self.llm.reset_prefix_cache()
+        """Forget cached prompt prefixes (an evaluation's, or the old weights' KV), so the next step computes
+        as it would without them. A cache that does not reset is a RuntimeError (stale KV would be reused)."""
+        with self._warnings("vllm.v1.core.block_pool") as said:
+            ok = self.llm.reset_prefix_cache()
+        if not ok:
+            raise RuntimeError("vLLM did not reset its prefix cache" + (f": {said[0]}" if said else ""))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _warnings(*loggers):
+        """The warnings these vLLM loggers emit inside the block, as strings, whatever VLLM_LOGGING_LEVEL says."""
+        import logging
+        said, logs = [], [logging.getLogger(name) for name in loggers]
+        h = logging.Handler(logging.WARNING)
+        h.emit = lambda r: said.append(r.getMessage()[:2000])
+        levels = [log.level for log in logs]
+        for log in logs:
+            log.setLevel(min(log.getEffectiveLevel(), logging.WARNING))
+            log.addHandler(h)
+        try:
+            yield said
+        finally:
+            for log, level in zip(logs, levels):
+                log.removeHandler(h)
+                log.setLevel(level)
 
     def sleep(self):
         # level 2 drops the weights too: they are pushed again after the update anyway. With LoRA only the
@@ -302,10 +334,18 @@ def group_key(pid, env, role):
     return (pid, env.turn, role)
 
 
-def pick_branch(rewards, rng):
+BRANCHES = ("best", "random")  # train.py --branch
+
+
+def pick_branch(rewards, rng, how="best"):
     """The branch the episode continues from: the highest reward, ties broken at random (`rng`: its own
     seeded stream). `rewards` are what env.step returned: floats (alpha * team + local) that carry their
-    parts, so a rule on team success alone reads `r.team`."""
+    parts, so a rule on team success alone reads `r.team`. how="random": any branch, uniformly (the
+    control for greedy selection's bias: later turns then start from typical states, not the best ones)."""
+    if how == "random":
+        return rng.randrange(len(rewards))
+    if how != "best":
+        raise ValueError(f"how must be one of {', '.join(BRANCHES)}, got {how!r}")
     best = max(rewards)
     return rng.choice([j for j, r in enumerate(rewards) if r == best])
 
@@ -334,10 +374,11 @@ def step_envs(sampler, pool, steps):
         sampler.env_s += time.time() - t
 
 
-def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_tokens=4096, first_pid=0, workers=32):
-    """AT-GRPO tree sampling over a list of envs (modified: each is replaced by its best branch). The K
-    branches of every problem of one engine call are stepped together (step_envs, `workers` threads).
-    Returns (samples, final envs)."""
+def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_tokens=4096, first_pid=0, workers=32,
+                 branch="best"):
+    """AT-GRPO tree sampling over a list of envs (modified: each is replaced by its best branch; with
+    branch="random" by a random one, see pick_branch). The K branches of every problem of one engine call
+    are stepped together (step_envs, `workers` threads). Returns (samples, final envs)."""
     envs = list(envs)
     items = [[first_pid + i, e] for i, e in enumerate(envs)]
     samples = []
@@ -360,7 +401,7 @@ def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_toke
                     branches, rs = [b for b, _, _ in steps[i * K:(i + 1) * K]], rewards[i * K:(i + 1) * K]
                     group = [Sample(p, c.ids, c.logprobs, float(r), key, role, sampler.route(role), c.truncated, text,
                                     temperature=c.temperature) for c, r, (_, _, text) in zip(comps, rs, steps[i * K:(i + 1) * K])]
-                    j = pick_branch(rs, rng)
+                    j = pick_branch(rs, rng, branch)
                     group[j].extra["continued"] = True  # the branch the episode goes on from
                     it[1] = branches[j]  # the stepped, scored object itself
                     samples += group
@@ -408,8 +449,9 @@ def linear_rollout(envs, sampler, temperature, max_tokens, pids=None, max_prompt
 
 def eval_protocol(task):
     """The paper's evaluation of a task, the one definition eval.py (its defaults) and train.py (--eval_n)
-    share: math sampled at T=0.6, 5 episodes per problem, reported as avg@5; every other task greedy, once."""
-    samples, temperature = (5, 0.6) if task == "math" else (1, 0.0)
+    share: math sampled at T=0.6, 5 episodes per problem, reported as avg@5; code sampled once at T=0.7
+    (the reference's code evaluation), pass@1; the games greedy, once."""
+    samples, temperature = {"math": (5, 0.6), "code": (1, 0.7)}.get(task, (1, 0.0))
     return {"samples": samples, "temperature": temperature,
             "metric": f"avg@{samples}" if samples > 1 else "pass@1"}
 

@@ -127,15 +127,16 @@ def act_bytes(cfg, b=2):
 def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_tokens=8192, grad_ckpt=False,
          logp_chunk=1024, kl=False, engine_bytes=0, rollout_bytes=0):
     """Expected peak bytes per GPU, by part. fsdp: fp32 master weights sharded over `world` ranks, bf16
-    compute (bf16) with 2 layers gathered at a time (the one running, the one prefetched); else the model
-    in bf16 (or fp32) on every rank. Activations: one micro-batch of micro_tokens tokens (all of them
-    response tokens: the worst case for the logits). engine_bytes: what the engine holds during the
-    update (0 with --sleep 1); rollout_bytes: what it holds during the rollout (its share, and per-role
-    replicas) beside the trainer's weights and AdamW moments (gradients are freed after each step);
-    "total" is the larger of the two phases."""
+    compute (bf16) with 2 layers gathered at a time (the one running, the one prefetched); else the fp32
+    model on every rank, computed under autocast (bf16), or with LoRA a frozen base in the compute dtype.
+    Activations: one micro-batch of micro_tokens tokens (all of them response tokens: the worst case for
+    the logits). engine_bytes: what the engine holds during the update (0 with --sleep 1); rollout_bytes:
+    what it holds during the rollout (its share, and per-role replicas) beside the trainer's weights and
+    AdamW moments (gradients are freed after each step); "total" is the larger of the two phases."""
     N, L, V, H = n_params(cfg), cfg.num_hidden_layers, cfg.vocab_size, cfg.hidden_size
     b = 2 if bf16 else 4
-    store = 4 if fsdp else b  # bytes per stored parameter (and gradient, and each AdamW moment)
+    store = 4 if fsdp or not lora_rank else b  # per stored parameter (and gradient, each AdamW moment): fp32
+    # master weights on every full fine-tuning path; a LoRA base without FSDP is frozen in the compute dtype
     shard = world if fsdp else 1
     part = {}
     if lora_rank:  # one frozen base, one adapter per policy (params, grads, 2 moments in fp32)
@@ -149,6 +150,8 @@ def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_toke
     if fsdp:  # gathered compute copies + unsharded gradients of two layers, and the root (embeddings, lm_head)
         grad = 0 if lora_rank else b + 4
         part["FSDP gathered"] = (2 * layer_params(cfg) + V * H) * (b + grad)
+    elif bf16 and not lora_rank:  # autocast's bf16 copy of each weight, kept through one forward and backward
+        part["autocast copies"] = N * b
     tok_layer = act_bytes(cfg, b)
     T = micro_tokens
     if grad_ckpt:  # every layer's input, then one layer's activations at a time (twice: forward and backward)

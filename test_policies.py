@@ -406,3 +406,64 @@ def test_gradients_are_freed_after_the_update(tiny_dir):
     for pol in pols:
         update(pol, make_samples(12), args())
         assert pol.params and all(p.grad is None for p in pm.parameters())
+
+
+@pytest.mark.parametrize("fsdp", [0, 1])
+def test_bf16_full_fine_tuning_keeps_fp32_master_weights(tiny_dir, fsdp):
+    """--dtype bfloat16 on every full fine-tuning path (train.load_policies, --fsdp 0 and 1): the weights
+    AdamW updates are fp32, so an update at the paper's lr 1e-6 moves them (bf16 weights round almost every
+    such step to nothing: spacing ~1.2e-4 near |w| = 0.02); compute and the engine's copy stay bf16."""
+    import train
+    from common import init_distributed
+    a = train.get_args(["--model", tiny_dir, "--dtype", "bfloat16", "--fsdp", str(fsdp), "--lr", "1e-6",
+                        "--weight_decay", "0"])
+    mesh = None
+    if fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        init_distributed("cpu", True)
+        mesh = init_device_mesh("cpu", (1,))
+    pol = train.load_policies(a, tiny_dir, ["shared"], None, "cpu", mesh)["shared"]
+    w = lambda: {k: v.float().clone() for k, v in pol.engine_weights(torch.float32)}
+    before = w()
+    update(pol, make_samples(12), args())
+    after = w()
+    big = max(before, key=lambda k: before[k].numel())
+    moved = (before[big] != after[big]).float().mean().item()
+    assert moved > 0.5, f"{big}: {moved:.1%} of the weights moved"
+    assert all(p.dtype == torch.float32 for p in pol.params)
+    assert all(v.dtype == torch.bfloat16 for _, v in pol.engine_weights(torch.bfloat16))
+    if not fsdp:  # the trainer computes in bf16 (autocast), as the engine does: not the fp32 weights' log-probs
+        with torch.no_grad():
+            lp, ref = (net(make_samples(4), 1.0, "cpu") for net in (pol.net, P.LogProbs(pol.model)))
+        assert any((x - y).abs().max() > 1e-3 for x, y in zip(lp, ref))
+
+
+def test_weight_push_is_checked_and_sends_tied_weights_once(tiny_dir, vllm_engine):
+    """The push into the real vLLM-CPU engine: a tied tensor is gathered and cast once and sent under both
+    its names (vLLM 0.32's in-place reload keeps lm_head's old values unless it is named); a push missing
+    a tensor, the tied lm_head included, is an error, not vLLM's hidden warning; after an update the pushed
+    engine's log-probs equal the trainer's."""
+    pol = new_policy(tiny_dir)
+    sent = list(pol.engine_weights(torch.bfloat16))
+    names = [k for k, _ in sent]
+    i = names.index("model.embed_tokens.weight")
+    assert names[i + 1] == "lm_head.weight" and sent[i][1] is sent[i + 1][1] and len(set(names)) == len(names)
+    original = [(k, v.clone()) for k, v in pol.engine_weights()]
+    try:
+        for missing in ("model.layers.0.mlp.down_proj.weight", "lm_head.weight"):
+            with pytest.raises(RuntimeError, match="weight push incomplete"):
+                vllm_engine.load_weights([(k, v) for k, v in original if k != missing])
+        update(pol, make_samples(12), args())  # lr 1e-3: the log-probs move
+        vllm_engine.load_weights(pol.engine_weights())
+        prompts = [s.prompt_ids for s in make_samples(8)[::4]]
+        outs = vllm_engine.generate(prompts, 2, 1.0, 8)
+        ss = [Sample(p, c.ids, c.logprobs, 0.0, (0, 0, "tool"), "tool", "tool", False)
+              for p, cs in zip(prompts, outs) for c in cs]
+        with torch.no_grad():
+            new = P.response_logprobs(pol.model, ss, 1.0, "cpu")
+            old = P.response_logprobs(new_policy(tiny_dir).model, ss, 1.0, "cpu")
+        gap = max((lp - torch.tensor(s.logprobs)).abs().max().item() for lp, s in zip(new, ss))
+        moved = max((a - b).abs().max().item() for a, b in zip(new, old))
+        assert gap < 1e-3 < moved, (gap, moved)
+    finally:
+        vllm_engine.load_weights(original)

@@ -56,8 +56,8 @@ def test_plan_by_part_known_answers():
     N = scale.n_params(cfg)
     p = scale.plan(cfg, policies=2, world=8, fsdp=True)  # fp32 master + grads + 2 AdamW moments, sharded
     assert p["trainer state"] == 2 * N * 16 / 8
-    p = scale.plan(cfg, policies=2, world=1, fsdp=False, bf16=True)  # bf16 everything, replicated
-    assert p["trainer state"] == 2 * N * 8 and "FSDP gathered" not in p
+    p = scale.plan(cfg, policies=2, world=1, fsdp=False, bf16=True)  # replicated: fp32 master, bf16 autocast copies
+    assert p["trainer state"] == 2 * N * 16 and p["autocast copies"] == N * 2 and "FSDP gathered" not in p
     p = scale.plan(cfg, policies=2, lora_rank=16, world=8)  # one frozen base, two adapters
     assert p["trainer state"] == N * 4 / 8 + 2 * scale.lora_params(cfg, 16) * 16 / 8
     a, b = (scale.plan(cfg, micro_tokens=8192, grad_ckpt=c)["activations"] for c in (False, True))

