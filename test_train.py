@@ -347,3 +347,40 @@ def test_training_evaluations_report_each_benchmark_as_eval_py(tiny_dir, tmp_pat
         for k, v in b.items():
             assert s["eval"]["before"]["by_source"][src][k] == pytest.approx(v, abs=1e-9), (src, k)
     assert s["success_before"] == pytest.approx(r["success"], abs=1e-12)
+
+
+def test_each_task_gets_the_papers_budget_unless_a_flag_or_preset_says_otherwise(tiny_dir):
+    """The reference's response budget per task (math 4096 tokens, code 5 turns, code evaluated at T=0.7)
+    where no flag sets it; a typed flag and a CPU preset keep their own values."""
+    import rollout
+    import train
+    get = lambda *a: train.get_args(["--model", tiny_dir, "--device", "cpu", *a])
+    assert get("--task", "math", "--data", "offline").max_tokens == 4096
+    assert get("--task", "math", "--data", "offline", "--max_tokens", "100").max_tokens == 100
+    assert get("--task", "plan_path").max_tokens == 2048
+    assert get("--task", "code", "--data", "offline").max_turns == 5
+    assert get("--task", "code", "--data", "offline", "--max_turns", "3").max_turns == 3
+    assert get("--task", "plan_path").max_turns == 4
+    a = get("--preset", "cpu-demo-math")
+    assert (a.max_tokens, a.max_turns) == (32, 1)
+    assert get("--preset", "cpu-demo", "--task", "code", "--data", "offline").max_turns == 2
+    assert rollout.eval_protocol("code") == {"samples": 1, "temperature": 0.7, "metric": "pass@1"}
+    assert rollout.eval_protocol("math")["temperature"] == 0.6 and rollout.eval_protocol("sudoku")["temperature"] == 0.0
+
+
+@pytest.mark.slow
+def test_every_step_logs_the_fraction_of_each_roles_responses_cut_at_max_tokens(warm_dir, tmp_path):
+    """cut/<role>: the share of a role's responses that hit --max_tokens without EOS, every step (the
+    samples' own flags, all written to samples.jsonl here): most of them at 2 tokens, none with room to
+    spare (the warm model answers plan_path in a few tokens, at T=0.1 rarely past 48)."""
+    import train
+    common = BASE + ["--model", warm_dir, "--engine", "hf", "--policies", "per-role", "--steps", "1", "--temperature",
+                     "0.1", "--log_samples", "100"]
+    for name, max_tokens in (("tight", "2"), ("ample", "200")):
+        train.main(common + ["--max_tokens", max_tokens, "--out_dir", str(tmp_path / name)])
+    tight, ample = metrics(str(tmp_path / "tight"))[0], metrics(str(tmp_path / "ample"))[0]
+    rows = [json.loads(line) for line in open(tmp_path / "tight" / "samples.jsonl")]
+    for role in ("tool", "planner"):
+        flags = [r["truncated"] for r in rows if r["role"] == role]
+        assert tight[f"cut/{role}"] == sum(flags) / len(flags) > 0.5, tight
+        assert ample[f"cut/{role}"] == 0.0, ample
