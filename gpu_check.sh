@@ -3,9 +3,11 @@
 # (external_launcher, sleep mode, weight pushes), memory. Sized for under 5 minutes on one GPU:
 #   1. the GPU half of test_distributed.py: FSDP2 updates vs a 1-process fp32 reference (one rank per
 #      GPU, at most 2; with bf16 the loss must be close, the ranks identical)
+#   0. the NVIDIA driver (CUDA 13 needs >= 580), first, with a one-line error
 #   2. 2 training steps of the tiny model: per-role on 1 process (FSDP as a 1-rank group, bf16, sleep mode,
-#      gradient checkpointing), then shared and per-role LoRA under torchrun on min(2, GPUs) ranks; every
-#      step checks the engines against the trainer (logp_gap)
+#      gradient checkpointing; on CUDA under vLLM's Model Runner V2, then again under V1 with
+#      VLLM_USE_V2_MODEL_RUNNER=0), then shared and per-role LoRA under torchrun on min(2, GPUs) ranks; every
+#      step checks the engines against the trainer (logp_gap); train.py's memory plan beside the measured peak
 #   3. with MODEL=/local/hf/dir (e.g. a Qwen3-0.6B): 2 steps of it too, full and LoRA (adds a few minutes); MODEL=wide builds,
 #      offline, a randomly initialised 24-layer Qwen3 (~0.2B parameters, the tiny tokenizer) to stand in for one
 # then a report: rollout and update tokens/s, peak memory per rank, logp_gap (sampler vs trainer).
@@ -26,6 +28,20 @@ OUT=${OUT:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 log() { echo "[gpu_check $(date +%T)] $*"; }
+
+# first, before anything imports torch: vllm==0.32.0's CUDA wheel is a CUDA 13 build (libnvrtc.so.13, torch
+# 2.13.0+cu130), and CUDA 13 needs an NVIDIA driver >= 580 (580.65.06 at 13.0 GA)
+MIN_DRIVER=580
+if [ "$DEVICE" = cuda ]; then
+    DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+    NEED="CUDA 13 (vllm==0.32.0, torch 2.13.0+cu130) needs an NVIDIA driver >= $MIN_DRIVER"
+    case "$DRIVER" in
+        [0-9]*.*) ;;
+        *) echo "gpu_check: error: no NVIDIA driver answers (nvidia-smi failed or is missing); $NEED"; exit 2 ;;
+    esac
+    [ "${DRIVER%%.*}" -ge "$MIN_DRIVER" ] || { echo "gpu_check: error: NVIDIA driver $DRIVER is too old: $NEED"; exit 2; }
+    log "driver $DRIVER (>= $MIN_DRIVER: CUDA 13 runs)"
+fi
 
 ENGINE=${ENGINE:-$($PY -c "import vllm" >/dev/null 2>&1 && echo vllm || echo hf)}
 if [ "$DEVICE" = cuda ]; then
@@ -81,8 +97,19 @@ log "2/3 tiny model: 2 steps per-role (1 process) and shared (torchrun, $NP rank
 # the untrained model's rewards are all equal; KL on makes every sample train (a ref forward is included)
 RUN=(--task plan_path --size 4 --tool_mode direct --max_turns 2 "${SIZE[@]}" --steps 2 --lr 1e-5 --kl_coef 0.01
      --device "$DEVICE" --engine "$ENGINE" --model "$OUT/tiny" --save_every 0)
-timeout 300 $PY train.py "${RUN[@]}" "${GPU_FLAGS[@]}" --policies per-role --fsdp 1 --grad_ckpt 1 --out_dir "$OUT/tiny-per-role" \
-    >"$OUT/tiny-per-role.log" 2>&1 || { tail -30 "$OUT/tiny-per-role.log"; echo "gpu_check: per-role run failed"; exit 1; }
+# vLLM 0.32 on CUDA runs its (experimental) Model Runner V2, which no CPU test reaches (it needs Triton);
+# VLLM_USE_V2_MODEL_RUNNER=0 switches back to V1. The per-role run under each: logp_gap under both runners
+V2=$([ "$DEVICE" = cuda ] && [ "$ENGINE" = vllm ] && echo 1 || echo 0)
+VLLM_USE_V2_MODEL_RUNNER=$V2 timeout 300 $PY train.py "${RUN[@]}" "${GPU_FLAGS[@]}" --policies per-role --fsdp 1 --grad_ckpt 1 \
+    --out_dir "$OUT/tiny-per-role" >"$OUT/tiny-per-role.log" 2>&1 || { tail -30 "$OUT/tiny-per-role.log"; echo "gpu_check: per-role run failed"; exit 1; }
+grep -E "memory (plan|at step)" "$OUT/tiny-per-role.log" || true  # train.py's plan beside the measured peak (cuda)
+RUNNER_RUNS=()
+if [ "$V2" = 1 ]; then
+    VLLM_USE_V2_MODEL_RUNNER=0 timeout 300 $PY train.py "${RUN[@]}" "${GPU_FLAGS[@]}" --policies per-role --fsdp 1 --grad_ckpt 1 \
+        --out_dir "$OUT/tiny-per-role-runner-v1" >"$OUT/tiny-per-role-runner-v1.log" 2>&1 \
+        || { tail -30 "$OUT/tiny-per-role-runner-v1.log"; echo "gpu_check: per-role run under Model Runner V1 failed"; exit 1; }
+    RUNNER_RUNS=("$OUT/tiny-per-role-runner-v1")
+fi
 timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
     --policies shared --out_dir "$OUT/tiny-shared-${NP}ranks" >"$OUT/tiny-shared.log" 2>&1 \
     || { tail -30 "$OUT/tiny-shared.log"; echo "gpu_check: torchrun run failed (or hung: timeout)"; exit 1; }
@@ -92,7 +119,7 @@ timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" tra
     --policies per-role --lora_rank 8 --lr 1e-4 --out_dir "$OUT/tiny-lora-${NP}ranks" >"$OUT/tiny-lora.log" 2>&1 \
     || { tail -30 "$OUT/tiny-lora.log"; echo "gpu_check: LoRA run failed"; exit 1; }
 
-RUNS=("$OUT/tiny-per-role" "$OUT/tiny-shared-${NP}ranks" "$OUT/tiny-lora-${NP}ranks")
+RUNS=("$OUT/tiny-per-role" "${RUNNER_RUNS[@]}" "$OUT/tiny-shared-${NP}ranks" "$OUT/tiny-lora-${NP}ranks")
 if [ "${MODEL:-}" = wide ]; then  # no hub on a lent GPU box: a real model's shape with random weights
     MODEL="$OUT/wide"
     [ -d "$MODEL" ] || $PY - "$OUT/tiny" "$MODEL" <<'EOF'
@@ -140,5 +167,12 @@ for d in sys.argv[1:]:
     if gap > 0.1:  # bf16 sampler vs bf16 trainer is ~1e-2; far more means the engine has other weights
         print(f"  WARNING: logp_gap {gap:.2g} is large: are the pushed weights reaching the engine?")
 print("tokens/s over the whole step (all ranks' tokens / rank 0's time); update includes the KL reference forward")
+v1 = [d for d in sys.argv[1:] if d.endswith("-runner-v1")]
+if v1:  # the same per-role run under each vLLM model runner
+    gaps = [max(json.loads(x)["logp_gap"] for x in open(os.path.join(d, "metrics.jsonl"))) for d in (v1[0][:-10], v1[0])]
+    print(f"logp_gap per-role: Model Runner V2 (vLLM's default on CUDA) {gaps[0]:.1e}, "
+          f"V1 (VLLM_USE_V2_MODEL_RUNNER=0) {gaps[1]:.1e}")
+else:
+    print("logp_gap under vLLM's Model Runner V1 only (V2 needs CUDA, Triton and ENGINE=vllm)")
 EOF
 log "done; logs and metrics in $OUT"
