@@ -18,15 +18,32 @@ def group_indices(keys):
     return dict(groups)
 
 
-def advantages(rewards, keys, std_norm=True, eps=1e-6):
+NORMS = ("group", "agent")  # train.py --adv_norm
+
+
+def advantages(rewards, keys, std_norm=True, eps=1e-6, norm="group"):
     """Per-sample advantage, same order as the inputs.
 
     A = (r - mean_g) / (std_g + eps), std_g the unbiased (ddof=1) std of the sample's group;
     with std_norm=False, A = r - mean_g. Singleton and zero-spread groups get A = 0: they carry no signal.
+
+    norm="group": g = the samples of the sample's key (AT-GRPO: one (problem, turn, role) draw).
+    norm="agent": Dr. MAS's agent-wise normalisation (Feng et al. 2026, arXiv 2602.08847, Eq. 5; in their
+    code verl's compute_grpo_outcome_advantage with group_by_agent_id: the group index is the prompt's uid
+    joined with the agent id, and every step the agent took counts): g = EVERY response of the sample's
+    agent on its problem this step, all turns and branches pooled: keys (problem, ..., role) pool by
+    (key[0], key[-1]). Each agent gets its own mean and std, never another agent's. With one turn, or keys
+    already (problem, role) (parallel sampling), it equals "group": AT-GRPO's groups already hold one agent.
     """
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 1 or len(r) != len(keys):
         raise ValueError(f"rewards ({r.shape}) and keys ({len(keys)}) must be 1-D and equally long")
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+    if norm == "agent":
+        if not all(isinstance(k, tuple) and len(k) >= 2 for k in keys):
+            raise ValueError("norm='agent' needs tuple keys (problem, ..., role)")
+        keys = [(k[0], k[-1]) for k in keys]
     adv = np.zeros_like(r)
     for idx in group_indices(keys).values():
         g = r[idx]

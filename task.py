@@ -70,7 +70,8 @@ def run_program(text):
 
 class Reward(float):
     """A role's reward for one step: alpha * team + local (THE reward mix: edit this line for an
-    ablation), a float that also carries its parts, so a branch rule or a log can use team success alone."""
+    ablation; Task.step passes local already weighted by the local_reward option), a float that also
+    carries its parts, so a branch rule or a log can use team success alone."""
 
     def __new__(cls, team, local, alpha):
         r = super().__new__(cls, alpha * team + local)
@@ -96,7 +97,9 @@ class Task:
     ROLES = {"mas": (), "single": ()}  # acting order within a turn, per workflow
     OPTIONS = {  # argparse kwargs of each option (envs.add_task_args makes them flags)
         "max_turns": dict(type=int, default=4, help="turns per episode"),
-        "alpha": dict(type=float, default=1.0, help="reward of a role = alpha * team + local"),
+        "alpha": dict(type=float, default=1.0, help="reward of a role = alpha * team + local_reward * local"),
+        "local_reward": dict(type=float, default=1.0, help="weight of the local term (progress, format): 0 = the "
+                                                           "team outcome alone, a sparse reward"),
         "workflow": dict(default="mas", choices=("mas", "single"),
                          help="mas (every role) or single (one agent does the whole job)"),
     }
@@ -144,7 +147,7 @@ class Task:
             raise RuntimeError("step() on a finished episode")
         self.guard(role)
         team, local = self.act(role, text)
-        return Reward(team, local, self.alpha)
+        return Reward(team, self.options["local_reward"] * local, self.alpha)
 
     def end_turn(self, stop):
         """After the last role of a turn: the episode ends on `stop` or when the turns run out."""

@@ -59,3 +59,21 @@ def test_group_stats_and_bad_input():
     assert st == {"groups": 3, "zero_adv_groups": 2}  # "a": zero spread, "c": a singleton
     with pytest.raises(ValueError):
         advantages([1.0, 2.0], ["a"])
+
+
+def test_agent_wise_norm_pools_an_agents_turns_on_its_problem_hand_computed():
+    # Dr. MAS (arXiv 2602.08847, Eq. 5): one mean and std per (problem, agent) over all its responses
+    keys = [(0, 0, "tool"), (0, 0, "tool"), (0, 1, "tool"), (0, 1, "tool"), (0, 0, "planner"), (0, 0, "planner"),
+            (1, 0, "tool"), (1, 0, "tool")]
+    r = [0.0, 2.0, 4.0, 6.0, 1.0, 5.0, 10.0, 30.0]
+    s2, s8, s20 = np.sqrt(2), np.sqrt(8), np.sqrt(20 / 3)  # std(ddof=1) of [0, 2], [1, 5], [0, 2, 4, 6]
+    group = advantages(r, keys, eps=0.0)
+    np.testing.assert_allclose(group, [-1 / s2, 1 / s2, -1 / s2, 1 / s2, -2 / s8, 2 / s8, -10 / np.sqrt(200), 10 / np.sqrt(200)])
+    agent = advantages(r, keys, eps=0.0, norm="agent")
+    np.testing.assert_allclose(agent, [-3 / s20, -1 / s20, 1 / s20, 3 / s20, -2 / s8, 2 / s8, -10 / np.sqrt(200), 10 / np.sqrt(200)])
+    np.testing.assert_allclose(advantages(r, keys, std_norm=False, norm="agent")[:4], [-3, -1, 1, 3])
+    # keys already (problem, role) (parallel sampling): nothing to pool, the same as "group"
+    two = [(k[0], k[2]) for k in keys]
+    np.testing.assert_array_equal(advantages(r, two, norm="agent"), advantages(r, two))
+    with pytest.raises(ValueError):
+        advantages(r, keys, norm="global")
