@@ -5,6 +5,7 @@ functions (index wraps around); tests run in the sandbox.
     python -m pytest -q test_envs.py
 """
 import copy
+import random
 import re
 
 import funcs
@@ -35,8 +36,9 @@ class Code(Task):
     """A coder writes a program (stdin/stdout, or the function a problem names); a unit-tester writes
     one test per turn. The coder sees its previous program and where it failed the generated tests.
     Done when the coder's program passes every generated test (or after max_turns). Success = the
-    coder's final program passes ALL the problem's own tests. Rewards: coder team = success, local =
-    fraction of the problem's tests passed; tester local = 1 if the REFERENCE solution passes its test
+    coder's final program passes ALL the problem's own tests (in training: at most --train_tests of them,
+    a fixed draw per problem). Rewards: coder team = success, local = fraction of those tests passed;
+    tester local = 1 if the REFERENCE solution passes its test
     (0 if it fails it, or if the problem has no reference; -1 for no test), team = the coder's success.
     In training the coder sees (and "done" counts) only the generated tests the reference passes.
     Held out (val/test) the coder's tests stop at the first failure: success is all that is measured there.
@@ -44,12 +46,25 @@ class Code(Task):
     NAME = "code"
     ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
     OPTIONS = {**Task.OPTIONS, **DATA_OPTION,
-               "max_turns": {**Task.OPTIONS["max_turns"], "default": 5}}  # the reference's code workflow: 5 turns
+               "max_turns": {**Task.OPTIONS["max_turns"], "default": 5},  # the reference's code workflow: 5 turns
+               # CodeContests lists up to hundreds of (generated) tests per problem, run for every branch
+               "train_tests": dict(type=int, default=10, help="training only: a coder's program runs on at most N "
+                                   "of the problem's tests (a fixed draw per problem; 0: all); val/test run all")}
 
     def __init__(self, split="train", index=0, **options):
         super().__init__(split, index, **options)
         rows = self.rows(split, self.options["data"])
         self.task = rows[index % len(rows)]  # shared by clones, never mutated
+        cap, tests = self.options["train_tests"], self.task["tests"]
+        if cap < 0:
+            raise ValueError(f"train_tests must be >= 0 (0: all), got {cap}")
+        # the tests success is judged on: in training a fixed draw of `cap` per problem (the same for every
+        # branch and visit: a group's rewards compare), drawn rather than the first ones (CodeContests lists
+        # the statement's examples first, which a program could print by rote); held out, all (None)
+        self.own_tests = None
+        if split == "train" and cap and len(tests) > cap:
+            draw = random.Random(f"{self.task.get('name')}/{self.task['problem']}").sample(range(len(tests)), cap)
+            self.own_tests = [tests[i] for i in sorted(draw)]
         self.program, self.tests, self.failures = None, [], []  # generated tests, their failures
 
     @staticmethod
@@ -86,7 +101,7 @@ class Code(Task):
             self.program = extract_code(text) if isinstance(text, str) else None
             # held out, only success is measured: stop at the first failing test (the local reward there
             # counts the passing prefix); in training every test runs, the local reward needs the count
-            rep = D.run_tests(self.program or "", self.task, first_failure=self.split != "train")
+            rep = D.run_tests(self.program or "", self.task, self.own_tests, first_failure=self.split != "train")
             self.success = rep.total > 0 and rep.passed == rep.total
             if self.workflow == "single":
                 self.end_turn(True)

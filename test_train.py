@@ -384,3 +384,51 @@ def test_every_step_logs_the_fraction_of_each_roles_responses_cut_at_max_tokens(
         flags = [r["truncated"] for r in rows if r["role"] == role]
         assert tight[f"cut/{role}"] == sum(flags) / len(flags) > 0.5, tight
         assert ample[f"cut/{role}"] == 0.0, ample
+
+
+def test_a_run_that_never_evaluates_never_reads_its_test_set(tiny_dir, tmp_path, monkeypatch):
+    """--eval_n 0: neither start-up nor training reads the test split (for code that is LiveCodeBench,
+    >1 GB decoded per rank); a run that evaluates reads it."""
+    import data
+    import train
+    path = two_benchmarks(tmp_path / "two.jsonl")
+    reads, real = [], data.load_math
+    monkeypatch.setattr(data, "load_math", lambda split, d=None: (reads.append(split), real(split, d))[1])
+    flags = ["--task", "math", "--data", path, "--model", tiny_dir, "--device", "cpu", "--engine", "hf", "--max_turns", "1",
+             "--max_tokens", "4", "--K", "2", "--problems", "2", "--steps", "1", "--save_every", "0"]
+    train.get_args(flags)
+    assert "test" not in reads and "train" in reads
+    train.main(flags + ["--out_dir", str(tmp_path / "quiet")])
+    assert "test" not in reads
+    train.get_args(flags + ["--eval_n", "2"])
+    assert "test" in reads
+
+
+def test_a_training_code_env_runs_at_most_train_tests_of_its_tests_and_evaluation_all(tmp_path, monkeypatch):
+    """--train_tests N: in training a coder's program runs on N of the problem's tests (the same N for
+    every branch and visit of the problem); held out, on all of them; 0: all in training too."""
+    import data
+    import envs
+    rec = {"name": "dbl", "problem": "Print twice the number.", "kind": "stdin", "reference": "print(2 * int(input()))",
+           "tests": [{"input": f"{i}\n", "output": f"{2 * i}\n"} for i in range(15)]}
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    ran, real = [], data.run_tests
+    monkeypatch.setattr(data, "run_tests", lambda program, problem, tests=None, **kw: (
+        ran.append(len(problem["tests"] if tests is None else tests)), real(program, problem, tests, **kw))[1])
+    right = "```python\nprint(2 * int(input()))\n```"
+    for split, opts, want in (("train", {}, 10), ("train", {"train_tests": 4}, 4), ("train", {"train_tests": 0}, 15),
+                              ("test", {}, 15), ("val", {"train_tests": 4}, 15)):
+        env = envs.make("code", split, 0, data=str(path), workflow="single", **opts)
+        ran.clear()
+        r = env.step("coder", right)
+        assert ran == [want] and env.success and r.local == 1.0, (split, opts, ran)
+    half = "```python\nx = int(input())\nprint(2 * x if x < 7 else x)\n```"  # right on 7 of the 15 tests
+    locals_ = {envs.make("code", "train", 0, data=str(path), workflow="single").step("coder", half).local for _ in range(3)}
+    assert len(locals_) == 1  # the same subset every time
+    assert not envs.make("code", "test", 0, data=str(path), workflow="single").step("coder", half).team
+    # the attack on a capped reward: a program right on the first tests only (CodeContests lists the
+    # statement's examples first) fails in training too, since the N are drawn, not the first N
+    assert not envs.make("code", "train", 0, data=str(path), workflow="single", train_tests=4).step("coder", half).team
+    with pytest.raises(ValueError, match="train_tests"):
+        envs.make("code", "train", 0, data=str(path), train_tests=-1)
