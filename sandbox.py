@@ -518,8 +518,9 @@ def finish(main, code):
     # the program's part of Py_FinalizeEx: non-daemon threads joined, atexit, std streams flushed (a failure:
     # exit 120), files it left open flushed as they are freed; then os._exit, without tearing down the
     # server's own modules (most of the time of a short job)
-    import atexit, threading
-    threading._shutdown()
+    import atexit
+    if "threading" in sys.modules:  # as Python does: only a program that imported it has threads to join
+        sys.modules["threading"]._shutdown()
     atexit._run_exitfuncs()
     code = flush(code)
     main.__dict__.clear()
