@@ -19,6 +19,21 @@ success by eval.py's protocol for the task: greedy, or avg@5 at T=0.6 for math):
     parallel      ablation: per-role, but K independent episodes instead of tree sampling
     swapped       ablation: the per-role run's first role's model serves the second and vice versa
 and, first, the floor: the success of uniformly random answers (envs.random_floor) on the same problems.
+The controls (issue 34; run only when named in --rows), each one flag away from a row above:
+    equal-budget       single agent + GRPO with as many generated samples per step as the MAS rows (--K 16:
+                       problems x K x turns x roles, one role instead of two)
+    multi-turn-single  one agent (--workflow single), one turn per MAS agent call (--max_turns 4 = 2 turns x
+                       2 roles), seeing the env's feedback between its turns; tree sampling (plan_path only:
+                       math's single agent answers once)
+    sparse             per-role with the team outcome alone (--local_reward 0: no progress or format term)
+    random-branch      per-role, the episode continues from a random branch (--branch random), not the best
+    agent-norm         per-role with Dr. MAS's agent-wise advantage normalisation (--adv_norm agent; plan_path
+                       only: with one turn it trains exactly as per-role)
+    tool-only          per-role, only the tool agent trains (--train_roles tool)
+    decider-only       per-role, only the deciding agent trains (--train_roles planner / reasoner)
+with their claims (CONTROL_CLAIMS), each against per-role. Every trained row also states what it generated
+per step (samples and response tokens, the mean over its steps in metrics.jsonl); per-policy gradient
+norms are in each run's metrics.jsonl (grad_norm/<policy>).
 Seeds --seed .. --seed+N-1: seed S trains and evaluates every row with --seed S, in OUT/seed-S. A row's
 number is its mean over seeds and test problems with a 95% interval; a claim (CLAIMS) is the paired
 difference A - B of two rows (same seeds, same problems) with its interval and a verdict: better, worse,
@@ -67,7 +82,30 @@ ROWS = [
     ("parallel", "ablation: parallel sampling (per-role)", ["--policies", "per-role", "--sampling", "parallel"], []),
     ("swapped", "ablation: per-role models swapped", "per-role", []),
 ]
-NAME = {key: name for key, name, _, _ in ROWS}
+# the controls the paper's reviewers asked for (issue 34), each one flag away from a row above; not run by
+# default (--rows KEY,...). {first}/{second}: the preset's roles (tool; planner or reasoner)
+CONTROLS = [
+    # as many samples per step as the MAS rows: problems x K x turns x roles, with 1 role instead of 2
+    ("equal-budget", "single agent + GRPO, equal samples",
+     ["--workflow", "single", "--policies", "shared", "--sampling", "parallel", "--K", "16"], ["--workflow", "single"]),
+    # one agent, one turn per MAS agent call (2 turns x 2 roles), the env's feedback between its turns
+    ("multi-turn-single", "single agent, multi-turn + AT-GRPO", ["--workflow", "single", "--policies", "shared",
+     "--max_turns", "4"], ["--workflow", "single", "--max_turns", "4"]),
+    ("sparse", "control: sparse team reward (per-role)", ["--policies", "per-role", "--local_reward", "0"], []),
+    ("random-branch", "control: random branch (per-role)", ["--policies", "per-role", "--branch", "random"], []),
+    ("agent-norm", "control: agent-wise normalisation (per-role)", ["--policies", "per-role", "--adv_norm", "agent"], []),
+    ("tool-only", "control: train the tool agent only", ["--policies", "per-role", "--train_roles", "{first}"], []),
+    ("decider-only", "control: train the deciding agent only", ["--policies", "per-role", "--train_roles", "{second}"], []),
+]
+# rows a preset cannot run: the flag would change nothing there (a row that trains exactly as another)
+NOT_FOR = {
+    ("cpu-demo-math", "multi-turn-single"): "math's single workflow ends at the reasoner's first answer, whatever --max_turns",
+    ("cpu-demo-math", "agent-norm"): "one turn: AT-GRPO's (problem, turn, role) groups already hold one agent's responses "
+                                     "each, so agent-wise normalisation trains exactly as per-role",
+}
+PAPER = [key for key, _, _, _ in ROWS]
+ALL_ROWS = ROWS + CONTROLS
+NAME = {key: name for key, name, _, _ in ALL_ROWS}
 # the paper's claims, each the paired difference A - B: (claim, A, B)
 CLAIMS = [
     ("MAS + AT-GRPO per-role vs single agent + GRPO", "per-role", "single+grpo"),
@@ -75,6 +113,15 @@ CLAIMS = [
     ("per-role vs shared policies", "per-role", "shared"),
     ("tree vs parallel sampling (per-role)", "per-role", "parallel"),
     ("per-role models swapped vs in place", "swapped", "per-role"),
+]
+CONTROL_CLAIMS = [
+    ("per-role vs single agent + GRPO at equal samples per step", "per-role", "equal-budget"),
+    ("more agents or more turns: per-role vs one agent with as many turns", "per-role", "multi-turn-single"),
+    ("dense vs sparse reward (per-role)", "per-role", "sparse"),
+    ("greedy vs random branch (per-role)", "per-role", "random-branch"),
+    ("agent-wise vs group normalisation (per-role)", "agent-norm", "per-role"),
+    ("train both agents vs the tool agent only", "per-role", "tool-only"),
+    ("train both agents vs the deciding agent only", "per-role", "decider-only"),
 ]
 
 
@@ -153,9 +200,10 @@ def eval_is_current(path, preset, settings, seed, n, flags):
     proto = rollout.eval_protocol(settings["task"])
     want.update(preset=preset, seed=seed, n=n, split="test", samples=proto["samples"],
                 temperature=proto["temperature"], workflow="mas", role_model=[])
-    for k, v in zip(flags[::2], flags[1::2]):  # --model M, --role_model R=M (repeated), --workflow W
+    for k, v in zip(flags[::2], flags[1::2]):  # --model M, --role_model R=M (repeated), --workflow W, --max_turns N
         k = k.lstrip("-")
-        want[k] = want[k] + [v] if k == "role_model" else v
+        typed = type(want[k]) if isinstance(want.get(k), (int, float)) and not isinstance(want[k], bool) else str
+        want[k] = want[k] + [v] if k == "role_model" else typed(v)
     real = lambda p: os.path.realpath(os.path.join(HERE, p))  # eval.py runs here; paths compare resolved
     want["model"] = real(want["model"])
     want["role_model"] = [f"{r}={real(m)}" for r, _, m in (x.partition("=") for x in want["role_model"])]
@@ -165,6 +213,16 @@ def eval_is_current(path, preset, settings, seed, n, flags):
     except (KeyError, TypeError, AttributeError):
         return False
     return all(k in have and have[k] == v for k, v in want.items())
+
+
+def budget(metrics_path):
+    """{samples, tokens}: the mean per step of a training run's generated samples and response tokens
+    (its metrics.jsonl); {} when it is missing or unreadable (a run made before it was recorded)."""
+    try:
+        ms = [json.loads(line) for line in open(metrics_path) if line.strip()]
+        return {k: sum(m[k] for m in ms) / len(ms) for k in ("samples", "tokens")}
+    except (OSError, ValueError, KeyError, ZeroDivisionError):
+        return {}
 
 
 def one_seed(a, seed, keys, settings, demo):
@@ -185,8 +243,9 @@ def one_seed(a, seed, keys, settings, demo):
     log, py, preset = os.path.join(s.out_dir, "log.txt"), sys.executable, a.preset
     common = ["--preset", preset, "--seed", str(seed)]
     train_flags = ["--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1", "--eval_n", "0"]
-    rows = [r for r in ROWS if r[0] in keys]
-    for key, name, tflags, _ in ROWS:  # train (a swapped row's source too), one process each
+    rows = [r for r in ALL_ROWS if r[0] in keys]
+    first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
+    for key, name, tflags, _ in ALL_ROWS:  # train (a swapped row's source too), one process each
         run_dir = os.path.join(s.out_dir, slug(name))
         needed = key in keys or any(t == key for _, _, t, _ in rows)
         if needed and isinstance(tflags, list) and not os.path.isdir(os.path.join(run_dir, f"ckpt-{a.steps:06d}")):
@@ -196,9 +255,9 @@ def one_seed(a, seed, keys, settings, demo):
             # the first run builds a missing demo model (train.py --model tiny); the others start from it
             model = ["--model", a.tiny_dir] if os.path.isdir(a.tiny_dir) else ["--model", "tiny", "--tiny_dir", a.tiny_dir]
             made_by(f"train {slug(name)}", resume=bool(resume))
+            tflags = [f.format(first=first, second=second) for f in tflags]  # a control's roles: this preset's
             sh([py, "train.py", *common, *train_flags, *model, *tflags, "--out_dir", run_dir, *resume], log)
     out = {}
-    first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
     for key, name, tflags, eflags in rows:  # evaluate, one process each
         ck = os.path.join(s.out_dir, slug(NAME[tflags] if isinstance(tflags, str) else name), f"ckpt-{a.steps:06d}")
         if isinstance(tflags, list):
@@ -215,6 +274,8 @@ def one_seed(a, seed, keys, settings, demo):
             made_by(f"eval {slug(name)}")
             sh([py, "eval.py", *common, *model, *eflags, "--n", str(a.eval_n), "--split", "test", "--json", path], log)
         out[key] = json.load(open(path))
+        if isinstance(tflags, list):  # what its training generated per step (mean over steps)
+            out[key]["budget"] = budget(os.path.join(s.out_dir, slug(name), "metrics.jsonl"))
         print(f"seed {seed}  {name:40s} {100 * out[key]['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
     out["floor"] = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
@@ -239,11 +300,13 @@ def summarize(keys, per_seed):
     for key in keys:
         m, lo, hi = stats.bootstrap(matrix[key])
         rs = [per_seed[s][key] for s in seeds]
+        spent = [r["budget"] for r in rs if r.get("budget")]  # trained rows: generated per step
         rows.append({"row": NAME[key], "key": key, "success": m, "low": lo, "high": hi,
                      "per_seed": [r["success"] for r in rs], "turns": mean([r["turns"] for r in rs]),
+                     **({f"{k}/step": mean([b[k] for b in spent]) for k in ("samples", "tokens")} if spent else {}),
                      **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith("reward/")}})
     claims = []
-    for claim, x, y in CLAIMS:
+    for claim, x, y in CLAIMS + CONTROL_CLAIMS:
         if x in keys and y in keys:
             d, lo, hi = stats.paired(matrix[x], matrix[y])
             claims.append({"claim": claim, "a": x, "b": y, "diff": d, "low": lo, "high": hi,
@@ -255,10 +318,13 @@ def markdown(rows, claims):
     pct = lambda x: f"{100 * x:.1f}"
     one = len(rows[0]["per_seed"]) == 1
     ci_name = "95% interval over problems only" if one else "95% interval"
-    lines = [f"| method | success, {ci_name} | each seed | turns |", "|---|---|---|---|"]
+    lines = [f"| method | success, {ci_name} | each seed | turns | samples, tokens generated / step |",
+             "|---|---|---|---|---|"]
     for r in rows:
         ci = f" [{pct(r['low'])}, {pct(r['high'])}]" if "low" in r else ""
-        lines.append(f"| {r['row']} | {pct(r['success'])}%{ci} | {' / '.join(map(pct, r['per_seed']))} | {r['turns']:.2f} |")
+        spent = f"{r['samples/step']:.0f}, {r['tokens/step']:.0f}" if "samples/step" in r else "-"
+        lines.append(f"| {r['row']} | {pct(r['success'])}%{ci} | {' / '.join(map(pct, r['per_seed']))} | "
+                     f"{r['turns']:.2f} | {spent} |")
     if claims:
         lines += ["", f"| claim (A vs B) | A - B, points | {ci_name} |{'' if one else ' verdict |'}",
                   "|---|---|---|" + ("" if one else "---|")]
@@ -276,7 +342,8 @@ def main(argv=None):
     ap = Parser(description="The paper's table in miniature (CPU demo), over seeds. See the docstring.")
     ap.add_argument("--preset", default="cpu-demo", choices=("cpu-demo", "cpu-demo-math"),
                     help="the demo whose settings every row uses (plan_path, or the math workflow)")
-    ap.add_argument("--rows", default=",".join(NAME), help=f"comma-separated row keys, of {', '.join(NAME)} (default: all)")
+    ap.add_argument("--rows", default=None, help=f"comma-separated row keys: the paper's {', '.join(PAPER)} (the default), "
+                                              f"and the controls {', '.join(k for k, _, _, _ in CONTROLS)}")
     ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
     ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
     ap.add_argument("--seed", type=int, default=0, help="the first seed")
@@ -291,8 +358,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.steps <= 0 or a.eval_n <= 0 or a.seeds <= 0:
         die("--steps, --eval_n and --seeds must be positive")
+    a.rows = a.rows or ",".join(PAPER)
     if unknown := [k for k in a.rows.split(",") if k not in NAME]:
         die(f"--rows: unknown row {', '.join(unknown)}; the rows are {', '.join(NAME)}")
+    if cannot := [f"{k} ({NOT_FOR[a.preset, k]})" for k in a.rows.split(",") if (a.preset, k) in NOT_FOR]:
+        die(f"--rows: --preset {a.preset} cannot run {'; '.join(cannot)}")
     keys = [k for k in NAME if k in a.rows.split(",")]  # in the table's order
     preset, settings = a.preset, PRESETS[a.preset]
     a.out_dir = a.out_dir or ("runs/table" if preset == "cpu-demo" else "runs/table-math")
@@ -333,7 +403,7 @@ def main(argv=None):
           f"{'code ' if len(made) == 1 else 'mixed code (--mixed_code): '}{', '.join(made)}; "
           f"wall {res['wall_s']:.0f} s\n")
     print(markdown(rows, claims))
-    trained = [(k, n) for k, n, t, _ in ROWS if k in keys and isinstance(t, list)]
+    trained = [(k, n) for k, n, t, _ in ALL_ROWS if k in keys and isinstance(t, list)]
     if trained:
         print("\ncurves, mean and band over seeds:\n    python plot.py " + " ".join(
             f'"{k}={a.out_dir}/seed-*/{slug(n)}"' for k, n in trained) + f" --out {a.out_dir}/curves.png")

@@ -312,3 +312,87 @@ def test_a_stale_tiny_build_is_refused_before_any_work(tmp_path, monkeypatch, ca
     fake_pieces(monkeypatch, calls)
     table.main(argv)
     assert all(c[c.index("--model") + 1] == str(build) for c in calls if "train.py" in c) and calls
+
+
+# ---- the controls (issue 34): each row one flag away from per-role or single+grpo -------------------
+CONTROL_KEYS = [k for k, _, _, _ in table.CONTROLS]
+
+
+def parsed(cmd):
+    """train.py's namespace for a command table.py ran."""
+    import train
+    return vars(train.get_args(cmd[cmd.index("train.py") + 1:]))
+
+
+def test_control_rows_flags_reach_the_run_and_change_it(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(table, "ROWS", table.ALL_ROWS)  # fake_pieces names a run's row from table.ROWS
+    for k in CONTROL_KEYS:
+        monkeypatch.setitem(SOLVED, k, 5)
+    fake_pieces(monkeypatch, calls)
+    fake = table.sh
+
+    def sh(cmd, log):  # a training also leaves its metrics: samples = 10 x K, tokens 7 per step
+        fake(cmd, log)
+        if "train.py" in cmd:
+            out, k = cmd[cmd.index("--out_dir") + 1], int(cmd[cmd.index("--K") + 1]) if "--K" in cmd else 8
+            with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+                f.writelines(json.dumps({"step": s, "samples": 10 * k + s, "tokens": 7}) + "\n" for s in (0, 2))
+    monkeypatch.setattr(table, "sh", sh)
+    argv = ["--rows", ",".join(["per-role", "single+grpo", *CONTROL_KEYS]), "--steps", "2", "--eval_n", "20",
+            "--seeds", "2", "--out_dir", str(tmp_path / "t"), "--tiny_dir", str(tmp_path / "tiny")]
+    res = table.main(argv)
+    train_cmds = {}
+    for c in calls:
+        if "train.py" in c and c[c.index("--seed") + 1] == "0":
+            out = c[c.index("--out_dir") + 1]
+            train_cmds[next(k for k, n, _, _ in table.ALL_ROWS if out.endswith("/" + table.slug(n)))] = c
+    assert set(train_cmds) == {"per-role", "single+grpo", *CONTROL_KEYS}
+    ns = {k: parsed(c) for k, c in train_cmds.items()}
+    changed = lambda k, base: {d for d in ns[k] if ns[k][d] != ns[base][d] and d != "out_dir"}
+    assert changed("sparse", "per-role") == {"local_reward"} and ns["sparse"]["local_reward"] == 0.0
+    assert changed("random-branch", "per-role") == {"branch"} and ns["random-branch"]["branch"] == "random"
+    assert changed("agent-norm", "per-role") == {"adv_norm"} and ns["agent-norm"]["adv_norm"] == "agent"
+    assert changed("tool-only", "per-role") == {"train_roles"} and ns["tool-only"]["train_roles"] == ["tool"]
+    assert changed("decider-only", "per-role") == {"train_roles"} and ns["decider-only"]["train_roles"] == ["planner"]
+    assert changed("equal-budget", "single+grpo") == {"K"} and ns["equal-budget"]["K"] == 16
+    assert ns["multi-turn-single"]["workflow"] == "single" and ns["multi-turn-single"]["max_turns"] == 4
+    assert ns["multi-turn-single"]["sampling"] == "tree"
+    ev = [c for c in calls if "eval.py" in c and "multi-turn" in c[c.index("--json") + 1]]
+    assert ev and all(c[c.index("--max_turns") + 1] == "4" and c[c.index("--workflow") + 1] == "single" for c in ev)
+    rows = {r["key"]: r for r in res["rows"]}
+    assert rows["equal-budget"]["samples/step"] == 161 and rows["per-role"]["samples/step"] == 81
+    assert rows["sparse"]["tokens/step"] == 7
+    assert {(c["a"], c["b"]) for c in res["claims"]} >= {(a, b) for _, a, b in table.CONTROL_CLAIMS}
+    n = len(calls)
+    table.main(argv)  # every piece current (the evals' typed flags, --max_turns 4, included): nothing redone
+    assert len(calls) == n
+
+
+@pytest.mark.parametrize("preset", ["cpu-demo", "cpu-demo-math"])
+def test_equal_budget_row_generates_as_many_samples_per_step_as_the_mas_rows(preset):
+    import train
+    from common import make_env
+    flags = {k: t for k, _, t, _ in table.ALL_ROWS}
+
+    def most(key):  # samples per step when no episode ends early: problems x K x turns x roles
+        a = train.get_args(["--preset", preset, "--model", "tiny", *flags[key]])
+        return a.problems * a.K * a.max_turns * len(make_env(a, "train", 0).roles)
+    assert most("equal-budget") == most("per-role") == most("shared") == 2 * most("single+grpo")
+    if preset == "cpu-demo":  # one agent turn per MAS agent call
+        assert most("multi-turn-single") == most("per-role")
+
+
+def test_a_control_a_preset_cannot_run_is_refused_in_one_line(capsys):
+    for row in ("agent-norm", "multi-turn-single"):
+        with pytest.raises(SystemExit) as e:
+            table.main(["--preset", "cpu-demo-math", "--rows", f"per-role,{row}"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"cannot run {row}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_budget_is_the_mean_per_step_of_a_runs_metrics(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"samples": 10, "tokens": 100}\n{"samples": 20, "tokens": 300}\n')
+    assert table.budget(str(p)) == {"samples": 15, "tokens": 200}
+    assert table.budget(str(tmp_path / "none.jsonl")) == {}
