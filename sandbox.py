@@ -258,13 +258,22 @@ def _procs(proc, sid=None, skip=()):
     /proc/<pid>/root), those of session `sid` only if given, those in `skip` apart."""
     try:
         names = os.listdir(proc)
-    except OSError:
+    except PermissionError:  # a namespace's /proc needs ptrace rights over its init: say so, never silently
+        _unreadable()
+        return {}
+    except OSError:  # gone
         return {}
     out = {}
     for d in names:
         if d.isdigit() and int(d) not in skip and (st := _stat(f"{proc}/{d}/stat")) and sid in (None, st[3]):
             out[int(d)] = st
     return out
+
+
+@lru_cache(maxsize=1)
+def _unreadable():
+    warnings.warn("sandbox: cannot read a job's /proc here (no ptrace rights over it): its CPU limit binds each "
+                  "process only (RLIMIT_CPU at 1.5 x timeout + 1 s) and stalls meet the wall cap", RuntimeWarning)
 
 
 def _child(pid):
