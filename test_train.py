@@ -432,3 +432,24 @@ def test_a_training_code_env_runs_at_most_train_tests_of_its_tests_and_evaluatio
     assert not envs.make("code", "train", 0, data=str(path), workflow="single", train_tests=4).step("coder", half).team
     with pytest.raises(ValueError, match="train_tests"):
         envs.make("code", "train", 0, data=str(path), train_tests=-1)
+
+
+@pytest.mark.slow
+def test_two_ranks_sum_each_benchmark_even_one_a_rank_lacks(tiny_dir, tmp_path):
+    """torchrun, 2 ranks, --eval_n 4 on 70 "oly" then 30 "aime" problems: the chosen 3 oly + 1 aime split
+    2 oly | 1 oly + 1 aime, so rank 0 has no aime problem; every rank still names every benchmark in the
+    all-reduce (no hang, no mis-keyed sum) and summary.json counts each one whole."""
+    path = tmp_path / "two.jsonl"
+    with open(path, "w") as f:
+        for i in range(100):
+            f.write(json.dumps({"problem": f"What is {i} + 1?", "answer": str(i + 1), "source": "oly" if i < 70 else "aime"}) + "\n")
+    out = str(tmp_path / "tr")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           os.path.join(HERE, "train.py"), "--task", "math", "--data", str(path), "--model", tiny_dir, "--engine", "hf",
+           "--device", "cpu", "--max_turns", "1", "--max_tokens", "4", "--K", "2", "--problems", "2", "--steps", "1",
+           "--eval_n", "4", "--save_every", "0", "--out_dir", out]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.load(open(os.path.join(out, "summary.json")))
+    assert {src: b["n"] for src, b in s["eval"]["after"]["by_source"].items()} == {"oly": 3, "aime": 1}
+    assert {src: b["n"] for src, b in s["benchmarks"].items()} == {"oly": 3, "aime": 1}
