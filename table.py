@@ -245,6 +245,9 @@ def one_seed(a, seed, keys, settings, demo):
     train_flags = ["--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1", "--eval_n", "0"]
     rows = [r for r in ALL_ROWS if r[0] in keys]
     first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
+    if not os.path.isdir(a.tiny_dir) and any("--max_turns" in r[2] for r in rows if isinstance(r[2], list)):
+        # a missing demo model is built by the first training, from ITS turns: build it from the preset's here
+        tiny.ensure(a.tiny_dir, argparse.Namespace(**{**settings, "seed": a.seed}))
     for key, name, tflags, _ in ALL_ROWS:  # train (a swapped row's source too), one process each
         run_dir = os.path.join(s.out_dir, slug(name))
         needed = key in keys or any(t == key for _, _, t, _ in rows)

@@ -396,3 +396,23 @@ def test_budget_is_the_mean_per_step_of_a_runs_metrics(tmp_path):
     p.write_text('{"samples": 10, "tokens": 100}\n{"samples": 20, "tokens": 300}\n')
     assert table.budget(str(p)) == {"samples": 15, "tokens": 200}
     assert table.budget(str(tmp_path / "none.jsonl")) == {}
+
+
+def test_a_row_with_its_own_turns_never_builds_the_demo_model(tmp_path, monkeypatch):
+    """The first training builds a missing demo model from its own flags; multi-turn-single's --max_turns 4
+    would give it another warm-up than the preset's (tiny.ensure then refuses the table's other rows)."""
+    built = []
+    def ensure(out, args):
+        built.append((out, args.max_turns, args.seed))
+        os.makedirs(out)
+    monkeypatch.setattr(table.tiny, "ensure", ensure)
+    calls = []
+    monkeypatch.setattr(table, "ROWS", table.ALL_ROWS)
+    monkeypatch.setitem(SOLVED, "multi-turn-single", 5)
+    fake_pieces(monkeypatch, calls)
+    tiny_dir = str(tmp_path / "tiny")
+    table.main(["--rows", "multi-turn-single", "--steps", "2", "--eval_n", "4", "--seeds", "1", "--seed", "3",
+                "--out_dir", str(tmp_path / "t"), "--tiny_dir", tiny_dir])
+    assert built == [(tiny_dir, table.PRESETS["cpu-demo"]["max_turns"], 3)]
+    train_cmd, = [c for c in calls if "train.py" in c]
+    assert train_cmd[train_cmd.index("--model") + 1] == tiny_dir  # built already: never --model tiny
