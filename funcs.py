@@ -6,7 +6,8 @@ values come from running the reference here (our own trusted text, never model o
 
 Splits by content, like arith: a problem belongs to the split that a hash of its VALUE (template,
 constants) names, so no held-out problem is a training one. The set is finite (~1,700 problems: about 80%
-train, 10% val, 10% test) and each split is listed once, in a fixed order; the task's index wraps around.
+train, 10% val, 10% test) and each split is listed once, in a fixed shuffled order (so the first N
+problems, e.g. --eval_n's, mix every template); the task's index wraps around.
 
     python -m pytest -q test_envs.py -k funcs
 """
@@ -74,8 +75,10 @@ def make(t, consts):
 
 @lru_cache(maxsize=None)
 def problems(split):
-    """Every problem of a split (its value's hash names it), in template order: cached, read-only."""
+    """Every problem of a split (its value's hash names it), in a fixed shuffled order: cached, read-only."""
     if split not in ("train", "val", "test"):
         raise ValueError(f"unknown split {split!r}; choose from train, val, test")
-    return [make(t, c) for t, tpl in enumerate(TEMPLATES) for c in _consts(tpl[4])
+    rows = [make(t, c) for t, tpl in enumerate(TEMPLATES) for c in _consts(tpl[4])
             if split_of(("funcs", t, tuple(sorted(c.items())))) == split]
+    random.Random(f"funcs/{split}").shuffle(rows)  # template order would make a prefix one template
+    return rows

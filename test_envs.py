@@ -606,6 +606,8 @@ def test_model_without_chat_template_is_a_one_line_error(tiny_dir, capsys):
 
 
 def test_funcs_splits_by_value_and_references_pass_where_wrong_programs_fail():
+    import collections
+
     import data
     import funcs
     splits = {s: funcs.problems(s) for s in ("train", "val", "test")}
@@ -614,6 +616,8 @@ def test_funcs_splits_by_value_and_references_pass_where_wrong_programs_fail():
     assert not names["train"] & names["val"] and not names["train"] & names["test"] and not names["val"] & names["test"]
     assert len(splits["test"]) > 100 and len(splits["val"]) > 100 and envs.count("code", "test", data="funcs") == len(splits["test"])
     assert envs.make("code", "test", len(splits["test"]), data="funcs").task is splits["test"][0]  # wraps around
+    for ps in splits.values():  # a prefix (an --eval_n) mixes the templates: none is half of the first 20
+        assert max(collections.Counter(p["entry_point"] for p in ps[:20]).values()) <= 10
     firsts = {p["entry_point"]: p for p in splits["train"]}  # one problem of each template
     assert len(firsts) == len(funcs.TEMPLATES)
     for p in firsts.values():
