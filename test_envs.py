@@ -489,7 +489,9 @@ def test_a_registered_toy_task_plays_through_make_and_exposes_its_option(monkeyp
     ap = argparse.ArgumentParser()
     envs.add_task_args(ap)
     a = ap.parse_args(["--task", "secret", "--word", "frotz", "--size", "5"])
-    assert envs.task_options("secret", a) == dict(max_turns=4, alpha=1.0, local_reward=1.0, workflow="mas", word="frotz")
+    # max_turns differs between tasks (code 5), so the flag is unset (None) and the task's default applies
+    assert envs.task_options("secret", a) == dict(alpha=1.0, local_reward=1.0, workflow="mas", word="frotz")
+    assert envs.make("secret", **envs.task_options("secret", a)).max_turns == 4
     assert envs.make("secret", **envs.task_options("secret", a)).reference("speaker") == "frotz"
     assert "the secret word" in ap.format_help() and ap.parse_args([]).word == "xyzzy"
 
@@ -499,10 +501,12 @@ def test_task_flags_reproduce_the_old_defaults():
     envs.add_task_args(ap)
     a = ap.parse_args([])
     assert (a.task, a.size, a.wall_prob, a.boxes, a.data, a.max_turns, a.alpha, a.tool_mode, a.workflow) == (
-        "plan_path", None, 0.22, 1, None, 4, 1.0, "code", "mas")
+        "plan_path", None, 0.22, 1, None, None, 1.0, "code", "mas")  # max_turns: each task's own (code 5)
     assert "plan_path 10, sudoku 4, sokoban 6" in ap.format_help()
-    assert envs.task_options("sudoku", a) == dict(max_turns=4, alpha=1.0, local_reward=1.0, workflow="mas", tool_mode="code")
-    assert envs.make("sudoku", **envs.task_options("sudoku", a)).n == 4  # --size unset: sudoku's own default
+    assert envs.task_options("sudoku", a) == dict(alpha=1.0, local_reward=1.0, workflow="mas", tool_mode="code")
+    sudoku = envs.make("sudoku", **envs.task_options("sudoku", a))
+    assert sudoku.n == 4 and sudoku.max_turns == 4  # --size, --max_turns unset: sudoku's own defaults
+    assert envs.make("code", "test", 0, data="offline", **envs.task_options("code", a)).max_turns == 5
     assert envs.task_options("math", ap.parse_args(["--task", "math", "--data", "offline"]))["data"] == "offline"
     for bad in (["--task", "nope"], ["--tool_mode", "both"], ["--workflow", "solo"]):
         with pytest.raises(SystemExit):
