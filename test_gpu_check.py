@@ -1,11 +1,16 @@
-"""gpu_check.sh, as far as a CPU reaches it: it parses, and on a CUDA box it checks the NVIDIA driver FIRST
-(vllm==0.32.0's wheel is a CUDA 13 build: driver >= 580), before anything imports torch, with a one-line
-error. nvidia-smi is faked on PATH; the GPU steps themselves (logp_gap under both vLLM model runners, the
-memory plan beside the measured peak) run only on a GPU.
+"""gpu_check.sh, as far as a CPU reaches it in seconds: it parses; on a CUDA box it checks the NVIDIA driver
+FIRST (vllm==0.32.0's wheel is a CUDA 13 build: driver >= 580), before anything imports torch, with a
+one-line error (nvidia-smi faked on PATH); its steps cover every task and fit the 10-minute budget by their
+own expected times; a failed or timed-out step is one line and the others still run; the report (its
+python, on fake outputs) is one screen. The steps themselves run by hand: `DEVICE=cpu STEPS=engine bash
+gpu_check.sh` (minutes on a CPU); on a GPU, the whole script.
     python -m pytest -q test_gpu_check.py"""
 import os
+import re
 import subprocess
 import sys
+
+import envs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,20 +45,70 @@ def test_an_old_or_missing_driver_is_a_one_line_error_first(tmp_path):
     assert code == 2 and "driver 580.95.05" in "\n".join(lines) and "no CUDA device visible" in lines[-1], lines
 
 
-def test_report_prints_logp_gap_under_both_model_runners(tmp_path):
-    """The report at the end of gpu_check.sh (its python, run on fake metrics): with the per-role run
-    repeated under VLLM_USE_V2_MODEL_RUNNER=0 it prints logp_gap under Model Runner V2 and V1."""
-    text = open(os.path.join(HERE, "gpu_check.sh")).read()
-    report = text.split('$PY - "${RUNS[@]}" <<\'EOF\'\n', 1)[1].split("\nEOF\n", 1)[0]
+SCRIPT = open(os.path.join(HERE, "gpu_check.sh")).read()
+
+
+def test_steps_cover_every_task_and_fit_ten_minutes():
+    """The per-role step runs each task of envs.TASKS; the header's expected times (what one H100 should
+    take) add up to under 10 minutes, and each step named there is run by a `step` line."""
+    (loop,) = re.findall(r"^for T in ([a-z_ ]+); do$", SCRIPT, re.M)
+    assert sorted(loop.split()) == sorted(envs.TASKS), loop
+    run = set(re.findall(r"^\s*step ([\w-]+) \d+ ", SCRIPT, re.M))
+    assert {"fsdp", "smol", "engine", "lora", "shared", "tiny-lora", "task-plan_path-runner-v1"} <= run, run
+    header = SCRIPT.split("set -euo pipefail", 1)[0]
+    total = 0
+    for names, n, secs in re.findall(r"^#   ([\w, -]+?)\s+\((?:(\d+) x )?(\d+) s\)", header, re.M):
+        total += int(n or 1) * int(secs)
+        for name in names.replace(",", " ").split():
+            assert name in ("driver", "task-T") or name in run, name
+    assert 300 < total <= 600, total
+
+
+def run_steps(tmp_path, body):
+    """The script's `want` and `step` functions in a bash that runs `body`: (stdout lines, steps.tsv rows)."""
+    fns = SCRIPT[SCRIPT.index("want() {"):]
+    fns = fns[:fns.index("\n}\n") + 3]
+    out = tmp_path / "out"
+    out.mkdir(parents=True)
+    code = f'OUT={out}; SLOW=1; log() {{ echo "log $*"; }}\n: >"$OUT/steps.tsv"\n{fns}\n{body}\n'
+    r = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()]
+    return r.stdout.splitlines(), rows
+
+
+def test_a_failed_step_is_one_line_and_the_rest_run(tmp_path):
+    lines, rows = run_steps(tmp_path, "step bad 5 sh -c 'echo noise; echo boom >&2; exit 3'\n"
+                                      "step slow 1 sleep 10\n"  # the engine checks' form: python's program on stdin
+                                      f"step good 5 {sys.executable} - 1e-5 <<<'import sys; print(\"RESULT gap\", sys.argv[1])'")
+    assert [r[:2] for r in rows] == [["bad", "FAILED"], ["slow", "FAILED"], ["good", "ok"]], rows
+    assert rows[0][3] == "boom" and rows[1][3] == "timed out after 1s" and rows[2][3] == "gap 1e-5", rows
+    said = [x for x in lines if x.startswith("gpu_check: FAILED")]
+    assert len(said) == 2 and said[0].startswith("gpu_check: FAILED bad: boom (log: "), said
+    _, rows = run_steps(tmp_path / "only",
+                        "STEPS='task lora'\nfor n in task-math lora fsdp tiny-lora; do step $n 5 true; done")
+    assert [r[0] for r in rows] == ["task-math", "lora"], rows
+
+
+def test_report_is_one_screen_with_steps_and_both_model_runners(tmp_path):
+    """The report at the end of gpu_check.sh (its python, run on fake outputs): every step's verdict and
+    result line, then the runs; with plan_path repeated under VLLM_USE_V2_MODEL_RUNNER=0 it prints logp_gap
+    under Model Runner V2 and V1."""
+    report = SCRIPT.split('$PY - "$OUT/steps.tsv" "${RUNS[@]}" <<\'EOF\'\n', 1)[1].split("\nEOF\n", 1)[0]
     row = '{"step": %d, "tokens": 100, "time/rollout": 1.0, "time/update": 1.0, "time/sync": 0.1, "logp_gap": %g}'
     dirs = []
-    for name, gap in (("tiny-per-role", 0.02), ("tiny-per-role-runner-v1", 0.003)):
+    for name, gap in (("task-plan_path", 0.02), ("task-plan_path-runner-v1", 0.003)):
         d = tmp_path / name
         d.mkdir()
         (d / "metrics.jsonl").write_text("\n".join(row % (s, gap * s) for s in (1, 2)) + "\n")
         dirs.append(str(d))
-    r = subprocess.run([sys.executable, "-c", report, *dirs], capture_output=True, text=True)
+    steps = tmp_path / "steps.tsv"
+    steps.write_text("engine\tok\t61\ttemplate ok, EOS ok\nlora\tFAILED\t150\ttimed out after 150s\n")
+    r = subprocess.run([sys.executable, "-c", report, str(steps), *dirs], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    assert re.search(r"^engine +ok +61  template ok, EOS ok$", r.stdout, re.M), r.stdout
+    assert re.search(r"^lora +FAILED +150  timed out after 150s$", r.stdout, re.M), r.stdout
     assert "Model Runner V2 (vLLM's default on CUDA) 4.0e-02, V1 (VLLM_USE_V2_MODEL_RUNNER=0) 6.0e-03" in r.stdout, r.stdout
-    r = subprocess.run([sys.executable, "-c", report, dirs[0]], capture_output=True, text=True)
+    assert len(r.stdout.splitlines()) < 25 and max(map(len, r.stdout.splitlines())) <= 120, r.stdout
+    r = subprocess.run([sys.executable, "-c", report, str(steps), dirs[0]], capture_output=True, text=True)
     assert "V1 only" in r.stdout, r.stdout
