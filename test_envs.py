@@ -630,3 +630,48 @@ def test_funcs_splits_by_value_and_references_pass_where_wrong_programs_fail():
         assert data.run_tests(wrong, p).passed == 0, p["name"]
     e = envs.make("code", "test", 0, data="funcs", workflow="single")
     assert e.step("coder", e.reference("coder")) == 2.0 and e.success
+
+
+# each funcs template's plausible wrong answer, written here (not read from funcs.py): the step it skips
+FUNCS_WRONG = {"scale": "return [x * {a} for x in xs]",
+               "quadratic_even": "return {a} * n * n + {b} * n + {c}",
+               "sum_above_times": "return sum(x for x in xs if x > {a})",
+               "count_multiples_above": "return sum(1 for x in xs if x % {a} == 0)",
+               "count_char_prefix": "return s.count('{c}')",
+               "repeat_join_upper": "return '{c}'.join([s] * {a})",
+               "every_kth_times": "return xs[::{a}]",
+               "replace_below": "return [max(x, {a}) for x in xs]",
+               "max_above": "return max(xs, default={b})",
+               "sum_squares_plus": "return sum(x * x for x in xs)",
+               "count_between": "return sum(1 for x in xs if {a} < x < {b})"}
+
+
+def test_funcs_every_problem_needs_its_templates_step_and_templates_weigh_alike():
+    """On EVERY problem of every template the reference passes its tests and the answer one step short fails
+    one (run here in-process: our own text; the sandbox runs one per template); no template is more than
+    twice its fair share of a split (the constants' ranges must not decide the mix, nor the base success)."""
+    import collections
+
+    import data
+    import funcs
+    assert {tpl[0] for tpl in funcs.TEMPLATES} == set(FUNCS_WRONG)  # a new template comes with its wrong answer
+    for t, (name, arg, *_rest) in enumerate(funcs.TEMPLATES):
+        for i, consts in enumerate(funcs._consts(t)):
+            p = funcs.make(t, consts)
+            ref, bad = {}, {}
+            exec(p["reference"], ref)
+            exec(f"def {name}({arg}):\n    {FUNCS_WRONG[name].format(**consts)}\n", bad)
+            failed = 0
+            for test in p["tests"]:
+                exec(test, ref)
+                try:
+                    exec(test, bad)
+                except AssertionError:
+                    failed += 1
+            assert failed, (p["name"], p["tests"])
+            if i == 0:
+                wrong = f"def {name}({arg}):\n    {FUNCS_WRONG[name].format(**consts)}\n"
+                assert data.run_tests(p["reference"], p).ok and not data.run_tests(wrong, p).ok, p["name"]
+    for split in ("train", "val", "test"):
+        counts = collections.Counter(p["entry_point"] for p in funcs.problems(split))
+        assert max(counts.values()) <= 2 * len(funcs.problems(split)) / len(funcs.TEMPLATES), (split, counts)
