@@ -97,9 +97,10 @@ if [ -n "${SCALE:-}" ]; then  # issue 24: the update at the paper's shapes; ~7 m
     exit 0
 fi
 
-# step NAME SECONDS CMD...: CMD under a timeout (SECONDS x $SLOW: 6 on a CPU, whose dry run is slow), its output in $OUT/NAME.log, its verdict a line of
-# $OUT/steps.tsv (name, ok|FAILED, seconds, the log's last "RESULT" line or why it failed). A failure is one
-# line here and does not stop the other steps. Only the steps in $STEPS run when it is set.
+# step NAME SECONDS CMD...: CMD under a timeout (SECONDS x $SLOW: 6 on a CPU, whose dry run is slow), its
+# output in $OUT/NAME.log, its verdict a line of $OUT/steps.tsv (name, ok|FAILED, seconds, the log's result
+# line or why it failed). A failure is one line here and does not stop the other steps (nothing in here may
+# fail under set -e: hence the `|| true`). Only the steps in $STEPS run when it is set.
 : >"$OUT/steps.tsv"
 SLOW=${SLOW:-$([ "$DEVICE" = cuda ] && echo 1 || echo 6)}
 want() { case " ${STEPS:-$1} " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }  # STEPS="task" runs task-*
@@ -111,10 +112,13 @@ step() {
     log "$name (timeout ${secs}s)"
     timeout "$secs" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
     if [ $rc = 0 ]; then
-        printf '%s\tok\t%s\t%s\n' "$name" $((SECONDS - t0)) "$(grep '^RESULT' "$OUT/$name.log" | tail -1 | cut -c8-)" >>"$OUT/steps.tsv"
+        # the result: the check's RESULT line, else train.py's last step line (from "success") or the FSDP test's
+        why=$(grep '^RESULT' "$OUT/$name.log" | tail -1 | cut -c8-) || true
+        [ -n "$why" ] || why=$(grep -oE 'success .*|ranks: max.*' "$OUT/$name.log" | tail -1 | sed 's/ *| */ | /g') || true
+        printf '%s\tok\t%s\t%s\n' "$name" $((SECONDS - t0)) "$why" >>"$OUT/steps.tsv"
         return 0
     fi
-    why=$([ $rc = 124 ] && echo "timed out after ${secs}s" || grep -v '^[[:space:]]*$' "$OUT/$name.log" | tail -1 | cut -c1-160)
+    why=$([ $rc = 124 ] && echo "timed out after ${secs}s" || grep -v '^[[:space:]]*$' "$OUT/$name.log" | tail -1 | cut -c1-160) || true
     printf '%s\tFAILED\t%s\t%s\n' "$name" $((SECONDS - t0)) "$why" >>"$OUT/steps.tsv"
     tail -15 "$OUT/$name.log" | sed 's/^/    | /'
     echo "gpu_check: FAILED $name: $why (log: $OUT/$name.log)"
@@ -299,7 +303,7 @@ for d in sys.argv[1:]:
     if gap > 0.1:  # bf16 sampler vs bf16 trainer is ~1e-2; far more means the engine has other weights
         print(f"  WARNING: logp_gap {gap:.2g} is large: are the pushed weights reaching the engine?")
 print("tokens/s over the whole step (all ranks' tokens / rank 0's time); update includes the KL reference forward")
-v1 = [d for d in sys.argv[1:] if d.endswith("-runner-v1")]
+v1 = [d for d in sys.argv[1:] if d.endswith("-runner-v1") and d[:-10] in sys.argv[1:]]
 if v1:  # the same per-role run under each vLLM model runner
     gaps = [max(json.loads(x)["logp_gap"] for x in open(os.path.join(d, "metrics.jsonl"))) for d in (v1[0][:-10], v1[0])]
     print(f"logp_gap per-role: Model Runner V2 (vLLM's default on CUDA) {gaps[0]:.1e}, "

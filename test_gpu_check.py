@@ -65,12 +65,13 @@ def test_steps_cover_every_task_and_fit_ten_minutes():
 
 
 def run_steps(tmp_path, body):
-    """The script's `want` and `step` functions in a bash that runs `body`: (stdout lines, steps.tsv rows)."""
+    """The script's `want` and `step` functions in a bash that runs `body` under the script's `set -euo
+    pipefail`: (stdout lines, steps.tsv rows)."""
     fns = SCRIPT[SCRIPT.index("want() {"):]
     fns = fns[:fns.index("\n}\n") + 3]
     out = tmp_path / "out"
     out.mkdir(parents=True)
-    code = f'OUT={out}; SLOW=1; log() {{ echo "log $*"; }}\n: >"$OUT/steps.tsv"\n{fns}\n{body}\n'
+    code = f'set -euo pipefail\nOUT={out}; SLOW=1; log() {{ echo "log $*"; }}\n: >"$OUT/steps.tsv"\n{fns}\n{body}\n'
     r = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     rows = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()]
@@ -80,9 +81,10 @@ def run_steps(tmp_path, body):
 def test_a_failed_step_is_one_line_and_the_rest_run(tmp_path):
     lines, rows = run_steps(tmp_path, "step bad 5 sh -c 'echo noise; echo boom >&2; exit 3'\n"
                                       "step slow 1 sleep 10\n"  # the engine checks' form: python's program on stdin
-                                      f"step good 5 {sys.executable} - 1e-5 <<<'import sys; print(\"RESULT gap\", sys.argv[1])'")
-    assert [r[:2] for r in rows] == [["bad", "FAILED"], ["slow", "FAILED"], ["good", "ok"]], rows
+                                      f"step good 5 {sys.executable} - 1e-5 <<<'import sys; print(\"RESULT gap\", sys.argv[1])'" + "\nstep train 5 echo 'train: 0%| step    1 | success 0.250 | gap 3.5e-05'")
+    assert [r[:2] for r in rows] == [["bad", "FAILED"], ["slow", "FAILED"], ["good", "ok"], ["train", "ok"]], rows
     assert rows[0][3] == "boom" and rows[1][3] == "timed out after 1s" and rows[2][3] == "gap 1e-5", rows
+    assert rows[3][3] == "success 0.250 | gap 3.5e-05", rows  # no RESULT line: train.py's step line
     said = [x for x in lines if x.startswith("gpu_check: FAILED")]
     assert len(said) == 2 and said[0].startswith("gpu_check: FAILED bad: boom (log: "), said
     _, rows = run_steps(tmp_path / "only",
