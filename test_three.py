@@ -101,3 +101,110 @@ def test_mas3_is_a_flag_and_only_math_takes_it(capsys):
     assert "workflow must be" in capsys.readouterr().err
     rng = random.Random(0)
     assert {mk3().random_answer("checker", rng) for _ in range(20)} == {"ok", "object"}
+
+
+# ---- N = 3 through policies, engines and training ---------------------------------------------------------
+def test_each_of_three_adapters_moves_only_itself(tiny_dir):
+    """Per-role LoRA with three roles: an update of one role's policy moves its adapter alone."""
+    import torch
+    import test_policies as TP
+    from test_lora import lora_policies, snapshot
+    pm, pols = lora_policies(tiny_dir, ROLES3)
+    for name in ROLES3:
+        before = snapshot(pm)
+        m = TP.update(pols[name], TP.make_samples(12, seed=len(name)), TP.args(), rng=random.Random(0))
+        assert m["grad_norm"] > 0
+        moved = {k for k in before if not torch.equal(before[k], snapshot(pm)[k])}
+        assert moved and all(f".{name}." in k and ".lora_" in k for k in moved), sorted(moved)[:3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["vllm", "hf"])
+def test_three_roles_sample_under_their_own_adapters(tiny_dir, engine):
+    """A tree rollout of mas3 on one engine holding three different adapters (per-role routing): every
+    group is one role's K samples of one prompt, and each sample's engine log-probs are its own role's
+    adapter's (the trainer's), not another role's."""
+    import torch
+    import policies as P
+    import rollout as R
+    from test_lora import lora_policies
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    pm, pols = lora_policies(tiny_dir, ROLES3)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # B = 0 at init: give each adapter its own non-zero B
+        for n, p in pm.named_parameters():
+            if ".lora_B." in n:
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    eng = R.make_engine(engine, tiny_dir, max_model_len=512, seed=0, lora_rank=8, max_loras=len(ROLES3))
+    for name, pol in pols.items():
+        pol.use()
+        eng.load_adapter(name, pol.engine_weights(), pm.peft_config[name])
+    sampler = R.Sampler(eng, tok, lambda role: P.route(role, "per-role"), None)
+    envs3 = [envs.make("math", "train", i, data="arith", workflow="mas3", max_turns=1) for i in range(2)]
+    samples, _ = R.tree_rollout(envs3, sampler, 2, 1.0, 6, random.Random(0), max_prompt_tokens=500)
+    assert [s.role for s in samples[::2]] == [r for r in ROLES3 for _ in envs3]  # role by role, whole groups
+    assert all(s.policy == s.role and s.key[-1] == s.role for s in samples)
+    net = pm.base_model.model
+
+    def gap(s, name):
+        pm.set_adapter(name)
+        with torch.no_grad():
+            lp = P.response_logprobs(net, [s], 1.0, "cpu")[0]
+        return (lp - torch.tensor(s.logprobs)).abs().mean().item()
+
+    for s in samples:
+        own, other = gap(s, s.role), min(gap(s, r) for r in ROLES3 if r != s.role)
+        assert own < 1e-4 < 10 * own + 1e-3 < other, (s.role, own, other)
+
+
+def train(out, *flags):
+    from test_train import metrics, run
+    run(["--task", "math", "--data", "arith", "--workflow", "mas3", "--max_turns", "2", "--K", "2", "--problems", "2",
+         "--max_tokens", "8", "--device", "cpu", "--steps", "1", "--eval_n", "2", "--out_dir", out, *flags])
+    ms = metrics(out)
+    assert len(ms) == 1 and all(f"reward/{r}" in ms[0] and f"cut/{r}" in ms[0] for r in ROLES3)
+    return ms[0], os.path.join(out, "ckpt-000001"), json.load(open(os.path.join(out, "summary.json")))
+
+
+def evaluate(tmp_path, *flags):
+    p = subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), "--task", "math", "--data", "arith",
+                        "--workflow", "mas3", "--max_turns", "2", "--max_tokens", "8", "--device", "cpu", "--n", "2",
+                        "--json", str(tmp_path / "ev.json"), *flags], capture_output=True, text=True, cwd=HERE,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.load(open(tmp_path / "ev.json"))
+
+
+@pytest.mark.slow
+def test_three_roles_train_per_role_and_evaluate_with_role_model(tiny_dir, tmp_path):
+    """HF engine, full per-role: a policy, a loss and a checkpoint directory per role; eval.py routes each
+    role to its checkpoint directory, and --role_model swaps one of the three."""
+    m, ck, _ = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "hf", "--policies", "per-role")
+    assert all(f"loss/{r}" in m for r in ROLES3) and "loss/shared" not in m
+    assert sorted(os.listdir(ck)) == ["checker", "reasoner", "tool", "trainer.pt"]
+    ev = evaluate(tmp_path, "--engine", "hf", "--model", ck, "--role_model", f"checker={tiny_dir}")
+    assert ev["models"] == {"tool": os.path.join(ck, "tool"), "checker": tiny_dir, "reasoner": os.path.join(ck, "reasoner")}
+    assert 0.0 <= ev["success"] <= 1.0
+
+
+@pytest.mark.slow
+def test_three_roles_train_shared_on_vllm(tiny_dir, tmp_path):
+    m, ck, _ = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "vllm", "--policies", "shared")
+    assert "loss/shared" in m and not any(f"loss/{r}" in m for r in ROLES3) and m["logp_gap"] < 1e-4
+    assert sorted(os.listdir(ck)) == ["shared", "trainer.pt"]
+
+
+@pytest.mark.slow
+def test_three_lora_adapters_train_checkpoint_and_evaluate_on_vllm(tiny_dir, tmp_path):
+    """vLLM engine, per-role LoRA: three adapters in one engine; the checkpoint holds three peft
+    directories, and eval.py serves them on their base with the live run's final numbers."""
+    m, ck, s = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "vllm", "--policies", "per-role",
+                     "--lora_rank", "8")
+    assert all(f"loss/{r}" in m for r in ROLES3) and m["logp_gap"] < 1e-4
+    assert sorted(os.listdir(ck)) == ["checker", "reasoner", "tool", "trainer.pt"]
+    assert all(os.path.isfile(os.path.join(ck, r, "adapter_config.json")) for r in ROLES3)
+    ev = evaluate(tmp_path, "--model", ck)
+    assert ev["models"] == {**{r: os.path.join(ck, r) for r in ROLES3}, "base": os.path.abspath(tiny_dir)}
+    for k in ("success", "turns", "tokens"):
+        assert ev[k] == s["eval"]["after"][k], k
