@@ -40,9 +40,10 @@ def add_task_args(parser):
     for opt, by_task in specs.items():
         first = next(iter(by_task.values()))
         kw = {k: v for k, v in first.items() if k != "default"}
-        if "choices" in kw:  # every task's values (math's mas3); the task itself refuses what it lacks
-            kw["choices"] = list(dict.fromkeys(c for spec in by_task.values() for c in spec.get("choices", ())))
-            kw["help"] = max((spec.get("help", opt) for spec in by_task.values()), key=len)
+        choices = list(dict.fromkeys(c for spec in by_task.values() for c in spec.get("choices", ())))
+        if "choices" in kw and choices != list(kw["choices"]):  # every task's values (math's mas3), with the
+            kw["choices"] = choices  # help of the task that lists them all; a task refuses what it lacks
+            kw["help"] = next(s.get("help", opt) for s in by_task.values() if len(s.get("choices", ())) == len(choices))
         defaults = {name: spec.get("default") for name, spec in by_task.items()}
         if len(set(map(repr, defaults.values()))) == 1:
             kw["default"] = first.get("default")

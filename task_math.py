@@ -3,7 +3,7 @@
 procedural word problems (the CPU miniature, `--preset cpu-demo-math`). `--workflow mas3` adds a third
 agent between them: a checker that reads the tool's program and what it printed and says ok or object.
 
-    python -m pytest -q test_envs.py
+    python -m pytest -q test_envs.py test_three.py
 """
 import copy
 import re
