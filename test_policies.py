@@ -420,7 +420,8 @@ def test_bf16_full_fine_tuning_keeps_fp32_master_weights(tiny_dir, fsdp):
     mesh = None
     if fsdp:
         from torch.distributed.device_mesh import init_device_mesh
-        init_distributed("cpu", True)
+        if not torch.distributed.is_initialized():  # an in-process vLLM engine (an earlier test) made a 1-rank group
+            init_distributed("cpu", True)
         mesh = init_device_mesh("cpu", (1,))
     pol = train.load_policies(a, tiny_dir, ["shared"], None, "cpu", mesh)["shared"]
     w = lambda: {k: v.float().clone() for k, v in pol.engine_weights(torch.float32)}
