@@ -1,5 +1,6 @@
-"""sandbox.py against hostile programs, on each path: the worker pool (bubblewrap namespace per worker, fresh
-namespaces per job), one bubblewrap namespace per run, and the fallback without bubblewrap.
+"""sandbox.py and pool.py against hostile programs, on each path: the worker pool (pool.py: a bubblewrap
+namespace per worker, fresh namespaces per job), one bubblewrap namespace per run, and the fallback
+without bubblewrap.
 
     python -m pytest -q test_sandbox.py
 """
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import pool as sandbox_pool  # the worker pool, sandbox.run's default path
 import sandbox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -201,8 +203,8 @@ def test_cores_are_shared_among_local_ranks():
     """Under torchrun (LOCAL_WORLD_SIZE ranks on this machine) each rank's pool and queue get its share of
     the cores, not all of them (8 ranks would run 8 jobs per core)."""
     n = len(os.sched_getaffinity(0))
-    driver = (f"import sys\nsys.path.insert(0, {HERE!r})\nimport sandbox\n"
-              f"print(sandbox.CORES, sandbox.Pool().idle.qsize())")
+    driver = (f"import sys\nsys.path.insert(0, {HERE!r})\nimport pool, sandbox\n"
+              f"print(sandbox.CORES, pool.Pool().idle.qsize())")
     for ranks, want in ((1, n), (2, max(1, n // 2)), (4 * n, 1)):
         p = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "LOCAL_WORLD_SIZE": str(ranks)})
@@ -380,7 +382,7 @@ PYTHON_IN_TMP = sorted({os.path.relpath(p, "/tmp").split(os.sep)[0] for p in (sy
 def test_concurrent_jobs_cannot_see_each_other():
     """Two programs of the same step, running at the same time: neither sees the other's files or
     processes (each sees only its own /tmp and its own PID 1)."""
-    pool = sandbox.Pool(2)
+    pool = sandbox_pool.Pool(2)
     code = ("import os, time, json\nname = input()\nopen('/tmp/' + name, 'w').write('x')\nt0 = time.monotonic()\n"
             "time.sleep(2)\nprocs = {p: open(f'/proc/{p}/cmdline', 'rb').read().decode() for p in os.listdir('/proc') "
             "if p.isdigit()}\nprint(json.dumps([os.listdir('/tmp'), procs, t0, time.monotonic()]))")
@@ -404,7 +406,7 @@ def test_concurrent_jobs_cannot_see_each_other():
 def test_a_job_leaves_nothing_for_the_next():
     """A daemon, a file, a changed environment, a SysV shared-memory segment and a listening socket
     left by one job are gone for the next job on the SAME worker (a pool of one)."""
-    pool = sandbox.Pool(1)
+    pool = sandbox_pool.Pool(1)
     marker = f"sbx-left-{uuid.uuid4().hex}"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -440,7 +442,7 @@ def test_a_timed_out_worker_is_replaced(monkeypatch):
     """At the wall cap the worker is killed and its slot starts a fresh one; a job stopped by its CPU
     limit, or for stalling, leaves its worker serving."""
     monkeypatch.setattr(sandbox, "WALL_SLACK", 0.5)
-    pool = sandbox.Pool(1)
+    pool = sandbox_pool.Pool(1)
     try:
         for code in ("while True: pass", "import time\ntime.sleep(60)"):
             assert pool.run(code, "", 1.0, 512, 64).returncode == 137
@@ -456,7 +458,7 @@ def test_a_timed_out_worker_is_replaced(monkeypatch):
 
 @needs_pool
 def test_broken_pool_falls_back_to_a_namespace_per_run(monkeypatch):
-    monkeypatch.setattr(sandbox, "_SERVER", "import sys; sys.exit(1)")
+    monkeypatch.setattr(sandbox_pool, "_SERVER", "import sys; sys.exit(1)")
     monkeypatch.setattr(sandbox, "_POOL", [None])
     with pytest.warns(RuntimeWarning, match="worker pool") as rec:
         rs = [sandbox.run("print(6 * 7)") for _ in range(2)]
@@ -572,7 +574,7 @@ def workers(pool):
 
 @needs_pool
 def test_workers_outlive_the_thread_that_started_them():
-    pool = sandbox.Pool(1)
+    pool = sandbox_pool.Pool(1)
     try:
         assert short_lived(lambda: pool.run("print(input())", "first", 10.0, 512, 64))[0].stdout == "first\n"
         started = workers(pool)
@@ -587,7 +589,7 @@ def test_workers_outlive_the_thread_that_started_them():
 @needs_pool
 def test_jobs_from_many_short_lived_threads_all_pass():
     """As task.run_program is called: from rollout's per-call threads, which end after every rollout."""
-    pool, seen = sandbox.Pool(2), {}
+    pool, seen = sandbox_pool.Pool(2), {}
     try:
         for round_ in range(8):
             batch = [("print(int(input()) ** 2)", str(round_ * 4 + i)) for i in range(4)]
@@ -602,7 +604,7 @@ def test_jobs_from_many_short_lived_threads_all_pass():
 @needs_pool
 def test_workers_killed_while_idle_are_replaced_before_use():
     """Every idle worker killed from outside (OOM killer, say): the next job still gets a working one."""
-    pool = sandbox.Pool(2)
+    pool = sandbox_pool.Pool(2)
     try:
         ws = [pool._take(), pool._take()]  # both slots started
         for w in ws:
@@ -618,7 +620,7 @@ def test_workers_killed_while_idle_are_replaced_before_use():
 
 @needs_pool
 def test_a_worker_that_cannot_start_leaves_no_fd(monkeypatch):
-    pool, before = sandbox.Pool(1), len(os.listdir("/proc/self/fd"))
+    pool, before = sandbox_pool.Pool(1), len(os.listdir("/proc/self/fd"))
 
     def no_process(*a, **k):
         raise BlockingIOError(11, "Resource temporarily unavailable")
