@@ -158,13 +158,16 @@ def test_three_roles_sample_under_their_own_adapters(tiny_dir, engine):
         assert own < 1e-4 < 10 * own + 1e-3 < other, (s.role, own, other)
 
 
-def train(out, *flags):
+def train(out, *flags, steps=1):
+    """`steps` steps of mas3 on arith; returns the last step's metrics, checkpoint dir, summary and log."""
     from test_train import metrics, run
-    run(["--task", "math", "--data", "arith", "--workflow", "mas3", "--max_turns", "2", "--K", "2", "--problems", "2",
-         "--max_tokens", "8", "--device", "cpu", "--steps", "1", "--eval_n", "2", "--out_dir", out, *flags])
+    p = run(["--task", "math", "--data", "arith", "--workflow", "mas3", "--max_turns", "2", "--K", "2", "--problems",
+             "2", "--max_tokens", "8", "--device", "cpu", "--steps", str(steps), "--eval_n", "2", "--out_dir", out, *flags])
     ms = metrics(out)
-    assert len(ms) == 1 and all(f"reward/{r}" in ms[0] and f"cut/{r}" in ms[0] for r in ROLES3)
-    return ms[0], os.path.join(out, "ckpt-000001"), json.load(open(os.path.join(out, "summary.json")))
+    assert [m["step"] for m in ms] == list(range(1, steps + 1))
+    assert all(f"reward/{r}" in ms[-1] and f"cut/{r}" in ms[-1] for r in ROLES3)
+    return (ms[-1], os.path.join(out, f"ckpt-{steps:06d}"), json.load(open(os.path.join(out, "summary.json"))),
+            p.stdout + p.stderr)
 
 
 def evaluate(tmp_path, *flags):
@@ -178,11 +181,14 @@ def evaluate(tmp_path, *flags):
 
 @pytest.mark.slow
 def test_three_roles_train_per_role_and_evaluate_with_role_model(tiny_dir, tmp_path):
-    """HF engine, full per-role: a policy, a loss and a checkpoint directory per role; eval.py routes each
-    role to its checkpoint directory, and --role_model swaps one of the three."""
-    m, ck, _ = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "hf", "--policies", "per-role")
+    """HF engine, full per-role: a policy, a loss and a checkpoint directory per role, resumed from; eval.py
+    routes each role to its checkpoint directory, and --role_model swaps one of the three."""
+    out, flags = str(tmp_path / "run"), ["--model", tiny_dir, "--engine", "hf", "--policies", "per-role"]
+    m, ck, _, _ = train(out, *flags)
     assert all(f"loss/{r}" in m for r in ROLES3) and "loss/shared" not in m
     assert sorted(os.listdir(ck)) == ["checker", "reasoner", "tool", "trainer.pt"]
+    m, ck, _, log = train(out, *flags, "--resume", steps=2)  # the three policies load back
+    assert "resumed from" in log and sorted(os.listdir(ck)) == ["checker", "reasoner", "tool", "trainer.pt"]
     ev = evaluate(tmp_path, "--engine", "hf", "--model", ck, "--role_model", f"checker={tiny_dir}")
     assert ev["models"] == {"tool": os.path.join(ck, "tool"), "checker": tiny_dir, "reasoner": os.path.join(ck, "reasoner")}
     assert 0.0 <= ev["success"] <= 1.0
@@ -190,7 +196,7 @@ def test_three_roles_train_per_role_and_evaluate_with_role_model(tiny_dir, tmp_p
 
 @pytest.mark.slow
 def test_three_roles_train_shared_on_vllm(tiny_dir, tmp_path):
-    m, ck, _ = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "vllm", "--policies", "shared")
+    m, ck, _, _ = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "vllm", "--policies", "shared")
     assert "loss/shared" in m and not any(f"loss/{r}" in m for r in ROLES3) and m["logp_gap"] < 1e-4
     assert sorted(os.listdir(ck)) == ["shared", "trainer.pt"]
 
@@ -199,7 +205,7 @@ def test_three_roles_train_shared_on_vllm(tiny_dir, tmp_path):
 def test_three_lora_adapters_train_checkpoint_and_evaluate_on_vllm(tiny_dir, tmp_path):
     """vLLM engine, per-role LoRA: three adapters in one engine; the checkpoint holds three peft
     directories, and eval.py serves them on their base with the live run's final numbers."""
-    m, ck, s = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "vllm", "--policies", "per-role",
+    m, ck, s, _ = train(str(tmp_path / "run"), "--model", tiny_dir, "--engine", "vllm", "--policies", "per-role",
                      "--lora_rank", "8")
     assert all(f"loss/{r}" in m for r in ROLES3) and m["logp_gap"] < 1e-4
     assert sorted(os.listdir(ck)) == ["checker", "reasoner", "tool", "trainer.pt"]
