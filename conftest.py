@@ -25,3 +25,16 @@ def tok(tiny_dir):
 def vllm_engine(tiny_dir):
     import rollout
     return rollout.VLLMEngine(tiny_dir, max_model_len=512, seed=0)
+
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def no_torchrun_vars_leak():
+    """A test that leaves torchrun's variables in this process's environment makes every later train.py
+    subprocess believe it runs under torchrun (it then binds the leaked MASTER_PORT: EADDRINUSE)."""
+    before = {k: os.environ.get(k) for k in TORCHRUN_VARS}
+    yield
+    leaked = {k: os.environ[k] for k in TORCHRUN_VARS if os.environ.get(k) != before[k]}
+    assert not leaked, f"the test left torchrun variables in os.environ: {leaked}"

@@ -414,14 +414,16 @@ def test_bf16_full_fine_tuning_keeps_fp32_master_weights(tiny_dir, fsdp):
     AdamW updates are fp32, so an update at the paper's lr 1e-6 moves them (bf16 weights round almost every
     such step to nothing: spacing ~1.2e-4 near |w| = 0.02); compute and the engine's copy stay bf16."""
     import train
-    from common import init_distributed
     a = train.get_args(["--model", tiny_dir, "--dtype", "bfloat16", "--fsdp", str(fsdp), "--lr", "1e-6",
                         "--weight_decay", "0"])
     mesh = None
     if fsdp:
         from torch.distributed.device_mesh import init_device_mesh
-        if not torch.distributed.is_initialized():  # an in-process vLLM engine (an earlier test) made a 1-rank group
-            init_distributed("cpu", True)
+        # a 1-rank group of our own, without common.init_distributed: that exports RANK/MASTER_PORT into this
+        # process's environment, and every later train.py subprocess of the suite would think it is under
+        # torchrun (EADDRINUSE on that port). An in-process vLLM engine of an earlier test may have made one.
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
         mesh = init_device_mesh("cpu", (1,))
     pol = train.load_policies(a, tiny_dir, ["shared"], None, "cpu", mesh)["shared"]
     w = lambda: {k: v.float().clone() for k, v in pol.engine_weights(torch.float32)}
