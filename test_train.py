@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from test_eval import two_benchmarks  # the same two-benchmark math file as eval.py's tests
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASE = ["--task", "plan_path", "--size", "5", "--tool_mode", "direct", "--max_turns", "2", "--K", "3",
         "--problems", "2", "--max_tokens", "8", "--lr", "1e-3", "--device", "cpu"]
@@ -312,15 +314,6 @@ def test_kl_reference_of_a_lora_policy_leaves_every_adapter_trainable(tiny_dir):
     assert any(".planner." in n for n in before) and any(".tool." in n for n in before)
     P.ref_logprobs(pols["tool"], None, 1.0, "cpu")
     assert trainable() == before, sorted(before - trainable())[:3]
-
-
-def two_benchmarks(path, a=30, b=70):
-    """A math JSONL of two benchmarks (`source` per record): `a` of "aime", `b` of "oly", interleaved."""
-    rows = [{"problem": f"What is {i} + 1?", "answer": str(i + 1), "source": "aime" if i % 10 < 10 * a // (a + b) else "oly"}
-            for i in range(a + b)]
-    with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    return str(path)
 
 
 @pytest.mark.slow
