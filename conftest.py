@@ -22,6 +22,14 @@ def tok(tiny_dir):
 
 
 @pytest.fixture(scope="session")
+def keep_engines():
+    """In-process vLLM engines share the process's model-parallel groups: when one is garbage collected it
+    tears them down and every other engine fails ('pipeline model parallel group is not initialized').
+    A test that makes its own engine appends it here, so it lives as long as the session's."""
+    return []
+
+
+@pytest.fixture(scope="session")
 def vllm_engine(tiny_dir):
     import rollout
     return rollout.VLLMEngine(tiny_dir, max_model_len=512, seed=0)

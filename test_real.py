@@ -37,8 +37,9 @@ def tok(smol_dir):
 
 
 @pytest.fixture(scope="module")
-def engine(smol_dir):
-    return R.VLLMEngine(smol_dir, max_model_len=1024, seed=0)
+def engine(smol_dir, keep_engines):
+    keep_engines.append(R.VLLMEngine(smol_dir, max_model_len=1024, seed=0))  # see conftest.keep_engines
+    return keep_engines[-1]
 
 
 def test_real_chat_template_through_encode_prompt(tok):

@@ -120,7 +120,7 @@ def test_each_of_three_adapters_moves_only_itself(tiny_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["vllm", "hf"])
-def test_three_roles_sample_under_their_own_adapters(tiny_dir, engine, monkeypatch):
+def test_three_roles_sample_under_their_own_adapters(tiny_dir, engine, monkeypatch, keep_engines):
     """A tree rollout of mas3 on one engine holding three different adapters (per-role routing): every
     group is one role's K samples of one prompt, and each sample's engine log-probs are its own role's
     adapter's (the trainer's), not another role's."""
@@ -139,6 +139,7 @@ def test_three_roles_sample_under_their_own_adapters(tiny_dir, engine, monkeypat
     # an in-process vLLM engine exports LOCAL_WORLD_SIZE: monkeypatch puts the variable back as it was
     monkeypatch.setenv("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
     eng = R.make_engine(engine, tiny_dir, max_model_len=512, seed=0, lora_rank=8, max_loras=len(ROLES3))
+    keep_engines.append(eng)  # see conftest.keep_engines
     for name, pol in pols.items():
         pol.use()
         eng.load_adapter(name, pol.engine_weights(), pm.peft_config[name])
