@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -221,7 +222,7 @@ def descendants(pid):
     return out[::-1]
 
 
-def two_nodes(args, out, timeout):
+def two_nodes(args, out, timeout, retry=True):
     """Two torchrun launchers ("nodes" 0 and 1 on localhost, one process each) meeting through torchrun's
     c10d rendezvous; node ranks are assigned by the rendezvous. Fails (and kills both launchers and their
     workers) when one fails or both are not done within timeout. Returns the launchers' pids."""
@@ -258,6 +259,11 @@ def two_nodes(args, out, timeout):
             log.seek(0)
             tails.append(f"--- launcher {i} (rc {procs[i].returncode}):\n{log.read()[-6000:]}")
             log.close()
+    if failure is not None and retry and any("(SIGABRT)" in t for t in tails):
+        # once, on a fresh CI machine, a worker died of SIGABRT inside gloo (never reproduced in 8 reruns
+        # nor under load); a second abort fails, and the first one's log stays visible as a warning
+        warnings.warn("two torchrun launchers: a worker aborted (SIGABRT); retrying once\n" + "\n".join(tails))
+        return two_nodes(args, out, timeout, retry=False)
     assert failure is None, f"two torchrun launchers: {failure}\n" + "\n".join(tails)
     return [p.pid for p in procs]
 
@@ -369,6 +375,7 @@ def worker(tiny_dir, out, device="cpu", cases=None):
     for case in (cases.split(",") if cases else CASES):
         res = run_case(tiny_dir, case, rank, world, mesh, out, device)
         torch.save(res, os.path.join(out, f"result-{case}-rank{rank}.pt"))
+    dist.barrier()  # no rank tears its connections down while another is still in a collective
     dist.destroy_process_group()
 
 
