@@ -4,6 +4,8 @@ are noisy; compare within a run, not across runs).
     python bench.py                      # builds an untrained tiny model in a temp dir; ~5 minutes on 2 cores
     python bench.py --sections sandbox   # one part only (sandbox, env, engine, update, lora)
     python bench.py --sections lora      # per-role LoRA vs full fine-tuning: pushes and trainer memory
+    python bench.py --sections dtype     # fp32 vs bf16 on the CPU at --preset cpu-real's shape (SmolLM2-135M)
+    python bench.py --sections mas       # a step's time split by agents, turns and K (~8 minutes)
     python bench.py --sections scale     # the update at the paper's shapes (scale.py; --device cuda on a GPU)
     python bench.py --sections soak --soak_steps 500   # a long run's resources, sampled as it goes (~30 min)
 
@@ -24,7 +26,12 @@ are noisy; compare within a run, not across runs).
    and old log-probs from the training forward: the log-prob step at a 152k vocabulary, a shared-prompt
    row's forward, and whole updates of Qwen3 shapes with tokens/s, TFLOP/s, the fraction of a matmul's
    speed measured in the same run, peak memory and train.py --plan's estimate next to it.
-7. Soak: a long per-role run (untrained tiny math model, vLLM, LoRA adapters pushed every step, the math
+7. dtype: fp32 vs bf16 on the CPU with SmolLM2-135M (--preset cpu-real's shape): vLLM rollout tok/s,
+   the update's forward+backward (bf16 = autocast over fp32 master weights), and logp_gap per pair.
+8. MAS cost: a training step of the math miniature (an untrained tiny model, so every response has
+   max_tokens) split into engine, env stepping, update and weight sync, for 1-3 agents (single, mas,
+   mas3), 1-4 turns and K = 2-16, one axis at a time from the preset's (2 agents, 1 turn, K 8).
+9. Soak: a long per-role run (untrained tiny math model, vLLM, LoRA adapters pushed every step, the math
    task's sandboxed tool) sampled from outside every --soak_every steps: resident memory of the trainer
    and of its child processes, open file descriptors, threads, child processes, new entries in the temp
    dir; then each one's growth per 100 steps over the second half of the run (the first half warms up).
@@ -155,7 +162,8 @@ def main():
     ap.add_argument("--prompts", type=int, default=32, help="prompts per rollout batch")
     ap.add_argument("--K", type=int, default=None, help="completions per prompt (default 16; scale: 8)")
     ap.add_argument("--max_tokens", type=int, default=64, help="tokens per completion (no EOS stop)")
-    ap.add_argument("--sections", nargs="+", default=SECTIONS[:-2], choices=SECTIONS, help="what to measure (default: all but scale and soak)")
+    ap.add_argument("--sections", nargs="+", default=SECTIONS[:-4], choices=SECTIONS,
+                    help="what to measure (default: all but dtype, mas, scale and soak)")
     ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
     ap.add_argument("--sandbox_before", default=None, help="also measure the pool of this sandbox.py (an older "
                     "version: git show REV:sandbox.py > FILE) in the same run")
@@ -181,6 +189,8 @@ def main():
     S.add_argument("--profile", type=int, default=0, help="N > 0: also profile one update (after the timed ones) and "
                    "print its time by category (matmul, attention, optimizer, ...) and its top N ops")
     S.add_argument("--json", default=None, help="append every measurement to this JSON-lines file")
+    ap.add_argument("--mas_points", default=None, type=lambda s: [tuple(int(x) for x in p.split("x")) for p in s.split(",")],
+                    help="mas: only these AGENTSxTURNSxK points, e.g. 2x1x8,3x1x8 (default: all of MAS_POINTS)")
     ap.add_argument("--soak_steps", type=int, default=500, help="steps of the soak run")
     ap.add_argument("--soak_every", type=int, default=50, help="print the soak's resources every N steps")
     a = ap.parse_args()
@@ -199,6 +209,10 @@ def main():
         bench_update(a, model_dir)
     if "lora" in a.sections:
         bench_lora(model_dir)
+    if "dtype" in a.sections:
+        bench_dtype(a)
+    if "mas" in a.sections:
+        bench_mas(a)
     if "scale" in a.sections:
         import scale
         scale.bench(a)
@@ -206,7 +220,108 @@ def main():
         bench_soak(a)
 
 
-SECTIONS = ["sandbox", "env", "engine", "update", "lora", "scale", "soak"]
+SECTIONS = ["sandbox", "env", "engine", "update", "lora", "dtype", "mas", "scale", "soak"]
+
+
+def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
+    """fp32 vs bf16 on the CPU at --preset cpu-real's shape (default model: SmolLM2-135M, smol.py): vLLM
+    rollout tokens/s in each dtype; the update's forward+backward in fp32 and under bf16 autocast over fp32
+    weights (train.py --dtype bfloat16 on CPU); and logp_gap, the largest |sampler - trainer| log-prob of
+    a response token (what update() logs), for each engine/trainer pair."""
+    import policies as P
+    import rollout as R
+    from rollout import Sample
+    from transformers import AutoModelForCausalLM
+    if a.model is None:
+        import smol
+        a.model = smol.ensure(smol.DIR)
+    g = random.Random(0)
+    ps = [[g.randrange(100, 20000) for _ in range(prompt_len)] for _ in range(prompts)]
+    tok_s, samples = {}, {}
+    for dt in ("float32", "bfloat16"):
+        eng = R.make_engine("vllm", a.model, max_model_len=1024, dtype=dt, seed=0)
+        eng.generate(ps[:1], 1, 1.0, 8)  # warm up
+        t = time.time()
+        outs = eng.generate(ps, K, 1.0, response)
+        tok_s[dt] = sum(len(c.ids) for o in outs for c in o) / (time.time() - t)
+        samples[dt] = [Sample(p, c.ids, c.logprobs, 0.0, (i, 0, "x"), "x", "x", c.truncated)
+                       for i, (p, o) in enumerate(zip(ps, outs)) for c in o]
+        print(f"dtype rollout {dt:8s}: {tok_s[dt]:6.0f} tok/s ({prompts}x{K} sequences, up to {response} tokens)", flush=True)
+        del eng
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    upd, gaps = {}, {}
+    for dt, cast in (("float32", None), ("bfloat16", torch.bfloat16)):
+        net = P.LogProbs(model, autocast=cast)
+        for mb in P.pack(samples["float32"][:K], 8192):  # warm up
+            torch.cat(net(mb, 1.0, "cpu")).sum().backward()
+        t = time.time()
+        for mb in P.pack(samples["float32"], 8192):
+            torch.cat(net(mb, 1.0, "cpu")).sum().backward()
+        upd[dt] = time.time() - t
+        n_tok = sum(len(s.prompt_ids) // K + len(s.response_ids) for s in samples["float32"])
+        print(f"dtype update  {dt:8s}: {upd[dt]:6.1f} s forward+backward, {n_tok / upd[dt]:6.0f} tok/s "
+              f"({len(samples['float32'])} samples, prompts shared by groups of {K})", flush=True)
+        with torch.no_grad():
+            for eng_dt, ss in samples.items():
+                ds = torch.cat([(lp - torch.tensor(s.logprobs)).abs()
+                                for mb in P.pack(ss, 8192) for s, lp in zip(mb, net(mb, 1.0, "cpu"))])
+                gaps[(eng_dt, dt)] = (ds.max().item(), ds.mean().item())
+        model.zero_grad(set_to_none=True)
+    print(f"dtype: bf16/fp32 speed-up: rollout {tok_s['bfloat16'] / tok_s['float32']:.2f}x, update "
+          f"{upd['float32'] / upd['bfloat16']:.2f}x")
+    for (e, t), (mx, mean) in gaps.items():
+        print(f"dtype logp_gap engine {e:8s} trainer {t:8s}: max {mx:.2e} (what update() logs), mean {mean:.2e}")
+    return tok_s, upd, gaps
+
+
+# (agents, turns, K) at the math miniature's shape (--preset cpu-demo-math: 32 problems, 32 tokens): one axis
+# moves at a time from (2, 1, 8), the preset's own point; 1 agent = --workflow single, 3 = mas3
+MAS_POINTS = [(1, 1, 8), (2, 1, 8), (3, 1, 8), (2, 2, 8), (2, 3, 8), (2, 4, 8), (2, 1, 2), (2, 1, 4), (2, 1, 16)]
+MAS_PARTS = ("engine", "env", "update", "sync")
+
+
+def bench_mas(a, steps=3):
+    """A training step's time split by N agents, T turns and K branches: train.py --preset cpu-demo-math on an
+    untrained tiny math model (every response runs to max_tokens, so the token counts are the plan's), steps
+    2..steps averaged (step 1 warms up). engine = rollout minus env stepping; sync = weight switches and pushes."""
+    import json
+    import subprocess
+    import sys
+    import tiny
+    here = os.path.dirname(os.path.abspath(__file__))
+    model_dir = a.model or tiny.build(os.path.join(tempfile.mkdtemp(), "tiny-math"), sft_steps=0, task="math",
+                                      max_turns=1, log=lambda s: None)
+    rows = []
+    for n, t, k in [p for p in MAS_POINTS if a.mas_points is None or p in a.mas_points]:
+        out = os.path.join(tempfile.mkdtemp(), "run")
+        wf = {1: "single", 2: "mas", 3: "mas3"}[n]
+        cmd = [sys.executable, "train.py", "--preset", "cpu-demo-math", "--model", model_dir, "--workflow", wf,
+               "--max_turns", str(t), "--K", str(k), "--steps", str(steps), "--eval_n", "0", "--eval_every", "0",
+               "--save_every", "0", "--out_dir", out]
+        t0 = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=here)
+        if p.returncode:
+            raise SystemExit(f"bench mas: {' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
+        ms = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][1:]
+        avg = lambda f: sum(f(m) for m in ms) / len(ms)
+        r = dict(agents=n, turns=t, K=k, samples=avg(lambda m: m["samples"]), tokens=avg(lambda m: m["tokens"]),
+                 engine=avg(lambda m: m["time/rollout"] - m["time/env"]), env=avg(lambda m: m["time/env"]),
+                 update=avg(lambda m: m["time/update"]), sync=avg(lambda m: m["time/sync"]))
+        r["step_s"] = sum(r[p] for p in MAS_PARTS)
+        rows.append(r)
+        print(f"mas {n}x{t}x{k}: {r['step_s']:.1f} s/step ({time.time() - t0:.0f} s with start-up)", flush=True)
+    base = next((r["step_s"] for r in rows if (r["agents"], r["turns"], r["K"]) == (2, 1, 8)), None)
+    print(f"{'agents':>6s} {'turns':>5s} {'K':>3s} {'samples':>7s} {'tokens':>7s} | " +
+          " ".join(f"{p + ' s':>8s}" for p in MAS_PARTS) + f" | {'step s':>6s} {'x (2,1,8)':>9s}")
+    for r in rows:
+        print(f"{r['agents']:6d} {r['turns']:5d} {r['K']:3d} {r['samples']:7.0f} {r['tokens']:7.0f} | " +
+              " ".join(f"{r[p]:8.2f}" for p in MAS_PARTS) + f" | {r['step_s']:6.2f} " +
+              (f"{r['step_s'] / base:9.2f}" if base else ""))
+    if a.json:
+        with open(a.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(dict(section="mas", **r)) + "\n")
+    return rows
 
 
 def bench_engine(a, model_dir):

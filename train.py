@@ -153,7 +153,8 @@ def get_args(argv=None):
         die(f"--problems {args.problems} must be divisible by the number of ranks {world}")
     if args.fsdp < 0:  # FSDP under torchrun and on one GPU alike, so one GPU and eight run the same code
         args.fsdp = int("RANK" in os.environ or args.device == "cuda" or args.plan)  # --plan plans for GPUs
-    if not args.plan and args.eval_n > 0:  # a dataset has so many (its test set is read only by a run that evaluates)
+    # a dataset has so many; its test set is read only by a run that evaluates, and by rank 0 alone (eval_set)
+    if not args.plan and args.eval_n > 0 and os.environ.get("RANK", "0") == "0":
         args.eval_n = min(args.eval_n, problem_count(args, "test") or args.eval_n)
     return args
 
@@ -217,10 +218,25 @@ def push_weights(engine, sampler, policies, dtype, replicas, world):
             replicas[name] = dict(policy.engine_weights(dtype))
 
 
+def eval_set(args, rank, world):
+    """The held-out problems, [(index, benchmark, fresh env)]: rollout.eval_problems, eval.py's for the same
+    n. Rank 0 alone reads the test set (LiveCodeBench is >1 GB decoded) and sends the chosen problems' envs
+    to the other ranks: one copy per job, not one per rank. Called at the first evaluation, so a run that
+    never evaluates never reads it."""
+    got = None
+    if rank == 0:
+        got = [(i, src, make_env(args, "test", i)) for i, src in
+               rollout.eval_problems(lambda i: make_env(args, "test", i), problem_count(args, "test"), args.eval_n)]
+    if world > 1:
+        box = [got]
+        torch.distributed.broadcast_object_list(box, src=0, device=torch.device("cpu"))  # gloo, whatever the GPUs talk
+        got = box[0]
+    return got
+
+
 def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chosen):
-    """Held-out success under the task's protocol (eval.py's), on the problems `chosen()` names
-    (rollout.eval_problems: eval.py's for the same n; computed at the first evaluation, so a run that
-    never evaluates never loads its test set). Each rank plays its own slice; results are summed over
+    """Held-out success under the task's protocol (eval.py's), on the problems `chosen()` gives (eval_set,
+    once per run). Each rank plays its own slice, on clones of the fresh envs; results are summed over
     ranks: pooled success and, per benchmark, by_source (eval.py's fields). Sampling is seeded on its own
     and leaves the training streams and the engine's prefix cache as they were: a run trains the same
     with or without evals."""
@@ -230,7 +246,7 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chose
     # a role's max_tokens is part of the workflow; its training temperature is not (the protocol's is used)
     train_overrides = sampler.overrides
     sampler.overrides = {r: {k: v for k, v in o.items() if k == "max_tokens"} for r, o in train_overrides.items()}
-    r = rollout.evaluate(lambda j: make_env(args, "test", mine[j][0]), len(mine), sampler, proto["temperature"],
+    r = rollout.evaluate(lambda j: mine[j][2].clone(), len(mine), sampler, proto["temperature"],
                          args.max_tokens, proto["samples"], max_prompt_tokens, seed=args.seed + rank,
                          workers=args.env_workers)
     sampler.overrides = train_overrides
@@ -240,7 +256,7 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chose
             "episodes": episodes}
     # per benchmark (every rank names every one of the selection): problems, sum and sum of squares of
     # their successes (mean and standard error), problems passed; "" pools them
-    sources = [""] + list(dict.fromkeys(s for _, s in problems if s is not None))
+    sources = [""] + list(dict.fromkeys(s for _, s, _ in problems if s is not None))
     mine_src = r.get("sources") or [None] * len(mine)
     for src in sources:
         xs = [x for x, t in zip(r.get("per_problem", []), mine_src) if src in ("", t)]
@@ -280,6 +296,9 @@ def step_metrics(step, samples, finals, roles, updates, policies):
         m.update({f"{k}/{name}": v for k, v in u.items() if k != "samples"})
         m[f"lr/{name}"] = policies[name].sched.get_last_lr()[0]
     m["logp_gap"] = max(u["logp_gap"] for u in updates.values())
+    # what the step learned from (generated: samples, tokens): the equal-budget controls compare both
+    m["trained"] = sum(u["trained"] for u in updates.values())
+    m["trained_tokens"] = sum(u["trained_tokens"] for u in updates.values())
     return m
 
 
@@ -639,9 +658,8 @@ def main(argv=None):
 
     # ---- evaluation before training (a resumed run keeps its first one, if made the same way)
     proto = rollout.eval_protocol(args.task)  # eval.py's: the numbers are comparable
-    # the held-out problems: every benchmark's share of --eval_n, eval.py's; the test set is read at the first evaluation
-    chosen = functools.cache(lambda: rollout.eval_problems(lambda i: make_env(args, "test", i), problem_count(args, "test"),
-                                                           args.eval_n))
+    # the held-out problems: every benchmark's share of --eval_n, eval.py's; rank 0 reads the test set at the first evaluation
+    chosen = functools.cache(lambda: eval_set(args, rank, world))
     run_eval = functools.partial(evaluate, args, sampler, engine, proto, max_prompt_tokens, rank, world, chosen)
     summary = eval_before(args, run_eval, proto, start, master, log)
 
@@ -667,6 +685,7 @@ def main(argv=None):
         if args.eval_n and args.eval_every and (step + 1) % args.eval_every == 0:
             ev = run_eval()
             m["eval/success"] = ev["success"]  # pooled; eval/<benchmark> each one when there are several
+            m["eval/success_se"] = ev["success_se"]  # its standard error over the problems
             if len(ev.get("by_source", ())) > 1:
                 m.update({f"eval/{src}": b["success"] for src, b in ev["by_source"].items()})
         if master:
