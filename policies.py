@@ -509,7 +509,8 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
            grad_clip=1.0, kl_coef=0.0, skip_zero_adv=True, tis_cap=0.0, old_pass=False):
     """One update of `policy` on its samples (sample.advantage already set) with `loss_fn` (the
     objective: loss.ppo_clip, or anything with its contract). Returns metrics summed/maxed over ranks:
-    loss, grad_norm, logp_gap, skipped_steps, samples, and every stat loss_fn returns as a token-mean
+    loss, grad_norm, logp_gap, skipped_steps, samples, trained (samples and response tokens that went
+    through a backward: zero advantages are skipped without KL), and every stat loss_fn returns as a token-mean
     (those of the union of the ranks' samples). kl_coef > 0: reference log-probs are computed
     (ref_logprobs) and no sample is skipped. Every rank must call it for every
     policy, in the same order, even with no samples.
@@ -528,6 +529,7 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     names = sorted(loss_fn(*(torch.zeros(0, device=device),) * 3, [], 1.0)[1])
     stats = dict.fromkeys(names, 0.0)  # name -> token-mean, averaged over mini-batches
     tis = [0.0, 0.0, 0.0]  # weight sum, token count, largest uncapped ratio
+    trained = [0, 0]  # samples and response tokens that went through a backward (this rank's)
     n_mini = max(1, mini_batches)
     separate_old = n_mini > 1 or old_pass
     policy.use()
@@ -563,6 +565,8 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
         if denom == 0:  # no tokens for this policy on any rank: nothing to learn, no step
             continue
         live = [s for s in mini if s.advantage != 0.0 or kl_coef > 0 or not skip_zero_adv]
+        trained[0] += len(live)
+        trained[1] += sum(len(s.response_ids) for s in live)
         policy.opt.zero_grad(set_to_none=False)
         for p in policy.params:  # grads must exist on every rank for the reductions below
             if p.grad is None:
@@ -610,6 +614,7 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     policy.sched.step()  # once per training step, not per mini-batch: --warmup and --steps count steps
     model.eval()
     m["logp_gap"] = all_reduce_(torch.tensor(m["logp_gap"]), "max").item()
+    m["trained"], m["trained_tokens"] = (int(x) for x in all_reduce_(torch.tensor(trained, dtype=torch.float64)).tolist())
     if tis_cap > 0:
         w, n = all_reduce_(torch.tensor(tis[:2], dtype=torch.float64)).tolist()
         m["tis/weight_mean"], m["tis/ratio_max"] = w / max(n, 1.0), all_reduce_(torch.tensor(tis[2]), "max").item()

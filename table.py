@@ -216,13 +216,18 @@ def eval_is_current(path, preset, settings, seed, n, flags):
 
 
 def budget(metrics_path):
-    """{samples, tokens}: the mean per step of a training run's generated samples and response tokens
-    (its metrics.jsonl); {} when it is missing or unreadable (a run made before it was recorded)."""
+    """{samples, tokens[, trained, trained_tokens]}: the mean per step of a training run's generated samples
+    and response tokens, and of those that went through a backward (its metrics.jsonl; runs made before
+    `trained` was recorded give the first two); {} when it is missing or unreadable."""
     try:
         ms = [json.loads(line) for line in open(metrics_path) if line.strip()]
-        return {k: sum(m[k] for m in ms) / len(ms) for k in ("samples", "tokens")}
+        keys = BUDGET if all("trained" in m for m in ms) else BUDGET[:2]
+        return {k: sum(m[k] for m in ms) / len(ms) for k in keys}
     except (OSError, ValueError, KeyError, ZeroDivisionError):
         return {}
+
+
+BUDGET = ("samples", "tokens", "trained", "trained_tokens")
 
 
 def one_seed(a, seed, keys, settings, demo):
@@ -306,7 +311,7 @@ def summarize(keys, per_seed):
         spent = [r["budget"] for r in rs if r.get("budget")]  # trained rows: generated per step
         rows.append({"row": NAME[key], "key": key, "success": m, "low": lo, "high": hi,
                      "per_seed": [r["success"] for r in rs], "turns": mean([r["turns"] for r in rs]),
-                     **({f"{k}/step": mean([b[k] for b in spent]) for k in ("samples", "tokens")} if spent else {}),
+                     **{f"{k}/step": mean([b[k] for b in spent]) for k in BUDGET if spent and all(k in b for b in spent)},
                      **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith("reward/")}})
     claims = []
     for claim, x, y in CLAIMS + CONTROL_CLAIMS:
@@ -321,13 +326,14 @@ def markdown(rows, claims):
     pct = lambda x: f"{100 * x:.1f}"
     one = len(rows[0]["per_seed"]) == 1
     ci_name = "95% interval over problems only" if one else "95% interval"
-    lines = [f"| method | success, {ci_name} | each seed | turns | samples, tokens generated / step |",
-             "|---|---|---|---|---|"]
+    lines = [f"| method | success, {ci_name} | each seed | turns | samples, tokens generated / step | "
+             "samples, tokens trained / step |", "|---|---|---|---|---|---|"]
     for r in rows:
         ci = f" [{pct(r['low'])}, {pct(r['high'])}]" if "low" in r else ""
         spent = f"{r['samples/step']:.0f}, {r['tokens/step']:.0f}" if "samples/step" in r else "-"
+        learnt = f"{r['trained/step']:.0f}, {r['trained_tokens/step']:.0f}" if "trained/step" in r else "-"
         lines.append(f"| {r['row']} | {pct(r['success'])}%{ci} | {' / '.join(map(pct, r['per_seed']))} | "
-                     f"{r['turns']:.2f} | {spent} |")
+                     f"{r['turns']:.2f} | {spent} | {learnt} |")
     if claims:
         lines += ["", f"| claim (A vs B) | A - B, points | {ci_name} |{'' if one else ' verdict |'}",
                   "|---|---|---|" + ("" if one else "---|")]

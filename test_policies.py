@@ -470,3 +470,17 @@ def test_weight_push_is_checked_and_sends_tied_weights_once(tiny_dir, vllm_engin
         assert gap < 1e-3 < moved, (gap, moved)
     finally:
         vllm_engine.load_weights(original)
+
+
+def test_update_counts_what_it_trained_on(tiny_dir):
+    """`trained` / `trained_tokens`: the samples (and response tokens) that went through a backward: zero
+    advantages are skipped without KL, every sample trains with it (table.py's "trained / step" column)."""
+    ss = make_samples(12)
+    live = [s for s in ss if s.advantage != 0.0]
+    assert 0 < len(live) < len(ss)
+    m = update(new_policy(tiny_dir), ss, args())
+    assert (m["trained"], m["trained_tokens"]) == (len(live), sum(len(s.response_ids) for s in live))
+    pol = new_policy(tiny_dir)
+    pol.ref = new_policy(tiny_dir).model
+    m = update(pol, make_samples(12), args(kl_coef=0.1))
+    assert (m["trained"], m["trained_tokens"]) == (len(ss), sum(len(s.response_ids) for s in ss))

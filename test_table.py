@@ -394,8 +394,14 @@ def test_a_control_a_preset_cannot_run_is_refused_in_one_line(capsys):
 def test_budget_is_the_mean_per_step_of_a_runs_metrics(tmp_path):
     p = tmp_path / "metrics.jsonl"
     p.write_text('{"samples": 10, "tokens": 100}\n{"samples": 20, "tokens": 300}\n')
-    assert table.budget(str(p)) == {"samples": 15, "tokens": 200}
+    assert table.budget(str(p)) == {"samples": 15, "tokens": 200}  # a run made before `trained` was recorded
+    p.write_text('{"samples": 10, "tokens": 100, "trained": 4, "trained_tokens": 40}\n'
+                 '{"samples": 20, "tokens": 300, "trained": 8, "trained_tokens": 60}\n')
+    assert table.budget(str(p)) == {"samples": 15, "tokens": 200, "trained": 6, "trained_tokens": 50}
     assert table.budget(str(tmp_path / "none.jsonl")) == {}
+    row = {"row": "r", "success": 0.5, "per_seed": [0.5, 0.5], "turns": 1.0, "low": 0.4, "high": 0.6,
+           "samples/step": 15, "tokens/step": 200, "trained/step": 6, "trained_tokens/step": 50}
+    assert "| 15, 200 | 6, 50 |" in table.markdown([row], [])
 
 
 def test_a_row_with_its_own_turns_never_builds_the_demo_model(tmp_path, monkeypatch):

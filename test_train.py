@@ -397,6 +397,35 @@ def test_a_run_that_never_evaluates_never_reads_its_test_set(tiny_dir, tmp_path,
     assert "test" in reads
 
 
+@pytest.mark.parametrize("task", [["--task", "code", "--data", "funcs"], ["--task", "math", "--data", "arith"],
+                                  ["--task", "plan_path"], ["--task", "sudoku"]])
+def test_rank_0_alone_reads_the_test_set_and_sends_the_chosen_envs(tiny_dir, monkeypatch, task):
+    """Under torchrun, rank 0 reads the test split and picks the problems (eval_set); the other ranks get
+    fresh envs of them through a broadcast (pickled: every task's env must survive it) and never read the
+    set: one decoded copy per job. Played from clones, an env plays as a fresh make_env of its problem."""
+    import pickle
+    import torch
+    import train
+    from common import make_env
+    args = train.get_args(task + ["--model", tiny_dir, "--device", "cpu", "--eval_n", "5"])
+    sent = train.eval_set(args, 0, 1)
+    assert [i for i, _, _ in sent] == [i for i, _ in train.rollout.eval_problems(
+        lambda i: make_env(args, "test", i), train.problem_count(args, "test"), 5)]
+    wire = pickle.dumps(sent)
+
+    def broadcast(box, src, device):
+        assert src == 0 and device == torch.device("cpu")
+        box[0] = pickle.loads(wire)
+    monkeypatch.setattr(torch.distributed, "broadcast_object_list", broadcast)
+    monkeypatch.setattr(train, "make_env", lambda *a: pytest.fail("rank 1 built an env"))
+    monkeypatch.setattr(train, "problem_count", lambda *a: pytest.fail("rank 1 read the test set"))
+    got = train.eval_set(args, 1, 2)
+    for (i, src, env), (j, src2, fresh) in zip(got, sent):
+        assert (i, src) == (j, src2)
+        assert env.render(env.roles[0]) == fresh.render(fresh.roles[0]) == make_env(args, "test", i).render(env.roles[0])
+        assert env.clone().render(env.roles[0]) == fresh.render(fresh.roles[0])
+
+
 def test_a_training_code_env_runs_at_most_train_tests_of_its_tests_and_evaluation_all(tmp_path, monkeypatch):
     """--train_tests N: in training a coder's program runs on N of the problem's tests (the same N for
     every branch and visit of the problem); held out, on all of them; 0: all in training too."""
