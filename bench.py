@@ -280,10 +280,11 @@ MAS_POINTS = [(1, 1, 8), (2, 1, 8), (3, 1, 8), (2, 2, 8), (2, 3, 8), (2, 4, 8), 
 MAS_PARTS = ("engine", "env", "update", "sync")
 
 
-def bench_mas(a, steps=3):
-    """A training step's time split by N agents, T turns and K branches: train.py --preset cpu-demo-math on an
-    untrained tiny math model (every response runs to max_tokens, so the token counts are the plan's), steps
-    2..steps averaged (step 1 warms up). engine = rollout minus env stepping; sync = weight switches and pushes."""
+def bench_mas(a, steps=5):
+    """A training step's time split by N agents, T turns and K branches: train.py --preset cpu-demo-math
+    (per-role; one agent: its one policy) on an untrained tiny math model (every response runs to
+    max_tokens, so the token counts are the plan's), steps 2..steps averaged (step 1 warms up).
+    engine = rollout minus env stepping; sync = weight switches and pushes."""
     import json
     import subprocess
     import sys
@@ -296,6 +297,7 @@ def bench_mas(a, steps=3):
         out = os.path.join(tempfile.mkdtemp(), "run")
         wf = {1: "single", 2: "mas", 3: "mas3"}[n]
         cmd = [sys.executable, "train.py", "--preset", "cpu-demo-math", "--model", model_dir, "--workflow", wf,
+               "--policies", "per-role" if n > 1 else "shared",
                "--max_turns", str(t), "--K", str(k), "--steps", str(steps), "--eval_n", "0", "--eval_every", "0",
                "--save_every", "0", "--out_dir", out]
         t0 = time.time()

