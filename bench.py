@@ -5,7 +5,7 @@ are noisy; compare within a run, not across runs).
     python bench.py --sections sandbox   # one part only (sandbox, env, engine, update, lora)
     python bench.py --sections lora      # per-role LoRA vs full fine-tuning: pushes and trainer memory
     python bench.py --sections dtype     # fp32 vs bf16 on the CPU at --preset cpu-real's shape (SmolLM2-135M)
-    python bench.py --sections mas       # a step's time split by agents, turns and K (~8 minutes)
+    python bench.py --sections mas       # a step's time split by agents, turns and K (~4 minutes)
     python bench.py --sections scale     # the update at the paper's shapes (scale.py; --device cuda on a GPU)
     python bench.py --sections soak --soak_steps 500   # a long run's resources, sampled as it goes (~30 min)
 

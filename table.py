@@ -215,6 +215,9 @@ def eval_is_current(path, preset, settings, seed, n, flags):
     return all(k in have and have[k] == v for k, v in want.items())
 
 
+BUDGET = ("samples", "tokens", "trained", "trained_tokens")  # per step: generated, then through a backward
+
+
 def budget(metrics_path):
     """{samples, tokens[, trained, trained_tokens]}: the mean per step of a training run's generated samples
     and response tokens, and of those that went through a backward (its metrics.jsonl; runs made before
@@ -225,9 +228,6 @@ def budget(metrics_path):
         return {k: sum(m[k] for m in ms) / len(ms) for k in keys}
     except (OSError, ValueError, KeyError, ZeroDivisionError):
         return {}
-
-
-BUDGET = ("samples", "tokens", "trained", "trained_tokens")
 
 
 def one_seed(a, seed, keys, settings, demo):

@@ -144,11 +144,17 @@ def n_gpus():
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def worker_env():
+    """One OpenMP thread per worker (2 cores, 2 ranks), and no progress bars: a failure's log tail must show
+    the error, not 35 "Loading weights" bars."""
+    return dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+
+
 def torchrun(args, timeout, nproc=2):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=timeout,
-                           env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_DISABLE_PROGRESS_BARS="1"))
+                           env=worker_env())
     except subprocess.TimeoutExpired as e:  # a hang is a failure, never a stuck CI
         raise AssertionError(f"torchrun timed out after {timeout}s (deadlock?):\n{(e.stderr or b'')[-3000:]}")
     assert p.returncode == 0, p.stderr[-4000:]
@@ -230,9 +236,7 @@ def two_nodes(args, out, timeout, retry=True):
             "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", f"two-nodes-{os.getpid()}-{time.time_ns()}"]
     cmd = [sys.executable, "-m", "torch.distributed.run", *rdzv, *args]
     logs = [open(os.path.join(out, f"launcher{i}.log"), "w+") for i in range(2)]
-    # no progress bars: a failure's log tail must show the error, not 35 "Loading weights" bars
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
-    procs = [subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, env=env) for log in logs]
+    procs = [subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, env=worker_env()) for log in logs]
     deadline, failure = time.monotonic() + timeout, None
     try:
         while any(p.poll() is None for p in procs):

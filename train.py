@@ -224,9 +224,9 @@ def eval_set(args, rank, world):
     to the other ranks: one copy per job, not one per rank. Called at the first evaluation, so a run that
     never evaluates never reads it."""
     got = None
-    if rank == 0:
-        got = [(i, src, make_env(args, "test", i)) for i, src in
-               rollout.eval_problems(lambda i: make_env(args, "test", i), problem_count(args, "test"), args.eval_n)]
+    if rank == 0:  # the envs eval_problems reads the benchmarks from are the ones sent (built once each)
+        env = functools.cache(lambda i: make_env(args, "test", i))
+        got = [(i, src, env(i)) for i, src in rollout.eval_problems(env, problem_count(args, "test"), args.eval_n)]
     if world > 1:
         box = [got]
         torch.distributed.broadcast_object_list(box, src=0, device=torch.device("cpu"))  # gloo, whatever the GPUs talk
