@@ -32,8 +32,9 @@ The controls (issue 34; run only when named in --rows), each one flag away from 
     tool-only          per-role, only the tool agent trains (--train_roles tool)
     decider-only       per-role, only the deciding agent trains (--train_roles planner / reasoner)
 with their claims (CONTROL_CLAIMS), each against per-role. Every trained row also states what it generated
-per step (samples and response tokens, the mean over its steps in metrics.jsonl); per-policy gradient
-norms are in each run's metrics.jsonl (grad_norm/<policy>).
+per step (samples and response tokens, the mean over its steps in metrics.jsonl) and, per policy, the
+median and the largest of its per-step gradient norms (grad_norm/<policy>, before clipping; mean over
+seeds): the spikes agent-wise normalisation is said to remove.
 Seeds --seed .. --seed+N-1: seed S trains and evaluates every row with --seed S, in OUT/seed-S. A row's
 number is its mean over seeds and test problems with a 95% interval; a claim (CLAIMS) is the paired
 difference A - B of two rows (same seeds, same problems) with its interval and a verdict: better, worse,
@@ -230,6 +231,23 @@ def budget(metrics_path):
         return {}
 
 
+def grad_norms(metrics_path):
+    """{policy: (median, max)} of a training run's per-step gradient norm before clipping (grad_norm/<policy>
+    in its metrics.jsonl, the largest of the step's mini-batches): the spikes agent-wise normalisation is
+    said to remove show as a max far above the median. A policy that never stepped (a frozen role) is left
+    out; {} when the file is missing or unreadable."""
+    try:
+        ms = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for k in dict.fromkeys(k for m in ms for k in m if k.startswith("grad_norm/")):
+        xs = sorted(m[k] for m in ms if m.get(k))  # 0.0: no backward that step
+        if xs:
+            out[k.split("/", 1)[1]] = ((xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2, xs[-1])
+    return out
+
+
 def one_seed(a, seed, keys, settings, demo):
     """Train (unless its final checkpoint exists) and evaluate (unless its JSON is current) the rows `keys`
     with one seed, in OUT/seed-S; each piece its own process. Returns {key: eval.py's JSON}, the floor
@@ -284,6 +302,7 @@ def one_seed(a, seed, keys, settings, demo):
         out[key] = json.load(open(path))
         if isinstance(tflags, list):  # what its training generated per step (mean over steps)
             out[key]["budget"] = budget(os.path.join(s.out_dir, slug(name), "metrics.jsonl"))
+            out[key]["grads"] = grad_norms(os.path.join(s.out_dir, slug(name), "metrics.jsonl"))
         print(f"seed {seed}  {name:40s} {100 * out[key]['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
     out["floor"] = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
@@ -309,10 +328,14 @@ def summarize(keys, per_seed):
         m, lo, hi = stats.bootstrap(matrix[key])
         rs = [per_seed[s][key] for s in seeds]
         spent = [r["budget"] for r in rs if r.get("budget")]  # trained rows: generated per step
+        grads = [r["grads"] for r in rs if r.get("grads")]  # per policy: (median, max), mean over seeds
+        grads = {p: tuple(mean([g[p][i] for g in grads]) for i in (0, 1)) for p in grads[0]
+                 if all(p in g for g in grads)} if len(grads) == len(rs) else {}
         rows.append({"row": NAME[key], "key": key, "success": m, "low": lo, "high": hi,
                      "per_seed": [r["success"] for r in rs], "turns": mean([r["turns"] for r in rs]),
                      **{f"{k}/step": mean([b[k] for b in spent]) for k in BUDGET if spent and all(k in b for b in spent)},
-                     **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith("reward/")}})
+                     **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith("reward/")},
+                     **({"grad_norm": grads} if grads else {})})
     claims = []
     for claim, x, y in CLAIMS + CONTROL_CLAIMS:
         if x in keys and y in keys:
@@ -327,13 +350,14 @@ def markdown(rows, claims):
     one = len(rows[0]["per_seed"]) == 1
     ci_name = "95% interval over problems only" if one else "95% interval"
     lines = [f"| method | success, {ci_name} | each seed | turns | samples, tokens generated / step | "
-             "samples, tokens trained / step |", "|---|---|---|---|---|---|"]
+             "samples, tokens trained / step | grad norm, median / max |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         ci = f" [{pct(r['low'])}, {pct(r['high'])}]" if "low" in r else ""
         spent = f"{r['samples/step']:.0f}, {r['tokens/step']:.0f}" if "samples/step" in r else "-"
         learnt = f"{r['trained/step']:.0f}, {r['trained_tokens/step']:.0f}" if "trained/step" in r else "-"
+        grads = ", ".join(f"{p} {m:.2f} / {x:.2f}" for p, (m, x) in r.get("grad_norm", {}).items()) or "-"
         lines.append(f"| {r['row']} | {pct(r['success'])}%{ci} | {' / '.join(map(pct, r['per_seed']))} | "
-                     f"{r['turns']:.2f} | {spent} | {learnt} |")
+                     f"{r['turns']:.2f} | {spent} | {learnt} | {grads} |")
     if claims:
         lines += ["", f"| claim (A vs B) | A - B, points | {ci_name} |{'' if one else ' verdict |'}",
                   "|---|---|---|" + ("" if one else "---|")]

@@ -404,6 +404,21 @@ def test_budget_is_the_mean_per_step_of_a_runs_metrics(tmp_path):
     assert "| 15, 200 | 6, 50 |" in table.markdown([row], [])
 
 
+def test_grad_norms_are_each_policys_median_and_max_over_steps(tmp_path, monkeypatch):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"grad_norm/tool": 1.0, "grad_norm/planner": 0.0}\n{"grad_norm/tool": 4.0, "grad_norm/planner": 0.0}\n'
+                 '{"grad_norm/tool": 2.0, "grad_norm/planner": 0.0}\n{"grad_norm/tool": 3.0, "grad_norm/planner": 0.0}\n')
+    assert table.grad_norms(str(p)) == {"tool": (2.5, 4.0)}  # a frozen planner never stepped: left out
+    assert table.grad_norms(str(tmp_path / "none.jsonl")) == {}
+    ev = lambda g: {"success": 0.5, "per_problem": [0.5], "turns": 1.0, "grads": g}
+    per_seed = {s: {"floor": {"success": 0.0, "turns": 1.0}, "r": ev({"tool": (m, x)})}
+                for s, (m, x) in enumerate([(1.0, 3.0), (2.0, 5.0)])}
+    monkeypatch.setitem(table.NAME, "r", "row r")
+    rows, _ = table.summarize(["r"], per_seed)
+    assert rows[1]["grad_norm"] == {"tool": (1.5, 4.0)}  # mean over seeds of each
+    assert "| tool 1.50 / 4.00 |" in table.markdown(rows, [])
+
+
 def test_a_row_with_its_own_turns_never_builds_the_demo_model(tmp_path, monkeypatch):
     """The first training builds a missing demo model from its own flags; multi-turn-single's --max_turns 4
     would give it another warm-up than the preset's (tiny.ensure then refuses the table's other rows)."""
