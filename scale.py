@@ -22,7 +22,9 @@ recomputation (--grad_ckpt) and repeated prompts are not counted: MFU, not hardw
 
 Planned (`plan`): bytes per GPU from the config: trainer state + FSDP's gathered layers + activations of
 one micro-batch + one lm_head chunk's logits + the engine's share. The activation count is per token and
-layer, from the tensors a Qwen3 decoder layer keeps for backward (listed in `act_bytes`).
+layer, from the tensors a Qwen3 decoder layer keeps for backward (listed in `act_bytes`). For a run's own
+flags: `run_kwargs` (what train.py's flags mean for the plan), `plan_run` (train.py --plan) and
+`run_verdict` (train.py's check at start on CUDA, with the GPU's own memory).
 """
 import json
 import os
@@ -210,6 +212,47 @@ def fix_flags(fix):
 
 
 # ---- measured -----------------------------------------------------------------------------------------
+def run_kwargs(args, cfg, gpu_bytes, world):
+    """plan()'s arguments for this run's flags on `world` GPUs of gpu_bytes each (the engine takes
+    --gpu_memory_utilization of it). On a machine without a GPU it plans for one (bf16 unless --dtype
+    float32 was given on a GPU box)."""
+    import policies as P
+    from common import task_roles
+    bf16 = args.dtype == "bfloat16" or args.device == "cpu"
+    n, b = n_params(cfg), 2 if bf16 else 4
+    names = P.policy_names(task_roles(args), args.policies)
+    share = args.gpu_memory_utilization * gpu_bytes if args.engine == "vllm" else n * b
+    replicas = len(names) * n * b if world > 1 and len(names) > 1 and not args.lora_rank else 0
+    return dict(policies=len(names), lora_rank=args.lora_rank, world=world, fsdp=args.fsdp != 0, bf16=bf16,
+                micro_tokens=args.micro_tokens, grad_ckpt=bool(args.grad_ckpt), logp_chunk=args.logp_chunk,
+                kl=args.kl_coef > 0, engine_bytes=0 if args.sleep else share, rollout_bytes=share + replicas)
+
+
+def run_verdict(args, cfg, gpu_bytes, world):
+    """(planned peak bytes per GPU, None if that fits gpu_bytes, else the one-line refusal naming the
+    flags that would fit). What train.py checks at start on CUDA, with the GPU's own memory."""
+    kw = run_kwargs(args, cfg, gpu_bytes, world)
+    total = plan(cfg, **kw)["total"]
+    if total <= gpu_bytes:
+        return total, None
+    fix = fits(cfg, gpu_bytes, **kw)
+    return total, (f"the memory plan says this run needs {total / GiB:.1f} GiB per GPU and the GPU has "
+                   f"{gpu_bytes / GiB:.1f} GiB: " + (f"add {fix_flags(fix)}" if fix else fix_flags(fix)
+                   + " makes it fit") + " (--plan prints the plan; --plan_check 0 runs it anyway)")
+
+
+def plan_run(args):
+    """train.py --plan: the plan for this run's settings (its WORLD_SIZE), weights never loaded; 0 if it fits."""
+    from common import die
+    try:
+        cfg = load_config(args.tiny_dir if args.model == "tiny" else args.model)
+    except (ValueError, OSError) as e:
+        die(str(e).splitlines()[0])
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    kw = run_kwargs(args, cfg, args.plan_gpu_gib * GiB, world)
+    return 0 if print_plan(cfg, args.model, args.plan_gpu_gib, **kw) else 1
+
+
 def matmul_tflops(device, dtype, n, reps=5):
     """The speed of one square matmul here and now: the peak MFU is measured against."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))

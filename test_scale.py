@@ -165,15 +165,14 @@ def start_args(*flags, world=1):
 
 def test_start_check_refuses_a_run_that_does_not_fit_and_names_flags_that_do():
     """train.py on CUDA refuses at start, in one line, a run the plan says will not fit the GPU, naming flags
-    that would (and --plan_check 0); the flags it names fit. plan_verdict takes the GPU's memory as an argument."""
-    import train
+    that would (and --plan_check 0); the flags it names fit. scale.run_verdict takes the GPU's memory as an argument."""
     cfg = scale.shape_config("qwen3-1.7b")
     flags = ["--task", "math", "--policies", "per-role", "--model", "Qwen/Qwen3-1.7B"]
-    total, err = train.plan_verdict(start_args(*flags), cfg, H100, 1)
+    total, err = scale.run_verdict(start_args(*flags), cfg, H100, 1)
     assert total > H100 and err and "\n" not in err and "--plan_check 0" in err, err
     fix = err.split("add ")[1].split(" (")[0].split()
     assert fix == ["--grad_ckpt", "1", "--sleep", "1"], err
-    total, err = train.plan_verdict(start_args(*flags, *fix), cfg, H100, 1)
+    total, err = scale.run_verdict(start_args(*flags, *fix), cfg, H100, 1)
     assert err is None and total <= H100
     assert start_args(*flags, "--plan_check", "0").plan_check == 0
 

@@ -395,47 +395,6 @@ def eval_command(args, ckpt):
     return " ".join(parts + [f"--model {ckpt}"])
 
 
-def plan_kwargs(args, cfg, gpu_bytes, world):
-    """scale.plan's arguments for this run's flags on `world` GPUs of gpu_bytes each (the engine takes
-    --gpu_memory_utilization of it). On a machine without a GPU it plans for one (bf16 unless --dtype
-    float32 was given on a GPU box)."""
-    import scale
-    bf16 = args.dtype == "bfloat16" or args.device == "cpu"
-    n, b = scale.n_params(cfg), 2 if bf16 else 4
-    names = P.policy_names(task_roles(args), args.policies)
-    share = args.gpu_memory_utilization * gpu_bytes if args.engine == "vllm" else n * b
-    replicas = len(names) * n * b if world > 1 and len(names) > 1 and not args.lora_rank else 0
-    return dict(policies=len(names), lora_rank=args.lora_rank, world=world, fsdp=args.fsdp != 0, bf16=bf16,
-                micro_tokens=args.micro_tokens, grad_ckpt=bool(args.grad_ckpt), logp_chunk=args.logp_chunk,
-                kl=args.kl_coef > 0, engine_bytes=0 if args.sleep else share, rollout_bytes=share + replicas)
-
-
-def plan_verdict(args, cfg, gpu_bytes, world):
-    """(planned peak bytes per GPU, None if that fits gpu_bytes, else the one-line refusal naming the
-    flags that would fit). What train.py checks at start on CUDA, with the GPU's own memory."""
-    import scale
-    kw = plan_kwargs(args, cfg, gpu_bytes, world)
-    total = scale.plan(cfg, **kw)["total"]
-    if total <= gpu_bytes:
-        return total, None
-    fix = scale.fits(cfg, gpu_bytes, **kw)
-    return total, (f"the memory plan says this run needs {total / scale.GiB:.1f} GiB per GPU and the GPU has "
-                   f"{gpu_bytes / scale.GiB:.1f} GiB: " + (f"add {scale.fix_flags(fix)}" if fix else scale.fix_flags(fix)
-                   + " makes it fit") + " (--plan prints the plan; --plan_check 0 runs it anyway)")
-
-
-def plan_run(args):
-    """--plan: scale.plan for this run's settings, weights never loaded."""
-    import scale
-    try:
-        cfg = scale.load_config(args.tiny_dir if args.model == "tiny" else args.model)
-    except (ValueError, OSError) as e:
-        die(str(e).splitlines()[0])
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    kw = plan_kwargs(args, cfg, args.plan_gpu_gib * scale.GiB, world)
-    return 0 if scale.print_plan(cfg, args.model, args.plan_gpu_gib, **kw) else 1
-
-
 def plan_at_start(args, model_dir, local_rank, world, master, log):
     """CUDA: the plan for this run on this GPU, from the model's config (every rank computes the same;
     rank 0 says it). A run it says will not fit is refused, unless --plan_check 0. Returns the planned
@@ -449,7 +408,7 @@ def plan_at_start(args, model_dir, local_rank, world, master, log):
         log(f"memory plan: skipped ({str(e).splitlines()[0]})")
         return None
     gpu = torch.cuda.get_device_properties(local_rank).total_memory
-    total, err = plan_verdict(args, cfg, gpu, world)
+    total, err = scale.run_verdict(args, cfg, gpu, world)
     if err and args.plan_check:
         die(err) if master else sys.exit(2)
     log(f"memory plan: {total / scale.GiB:.1f} GiB per GPU of {gpu / scale.GiB:.1f} GiB" +
@@ -620,7 +579,8 @@ def finish(args, summary, run_eval, proto, t_start, master, tracker, log):
 def main(argv=None):
     args = get_args(argv)
     if args.plan:  # will it fit? the config alone, before any process group or weights
-        raise SystemExit(plan_run(args))
+        import scale
+        raise SystemExit(scale.plan_run(args))
     rank, world, local_rank = init_distributed(args.device, args.fsdp)
     master, launched = rank == 0, "RANK" in os.environ
     log = tqdm.write if master else (lambda s: None)
