@@ -4,6 +4,7 @@ several seeds, with every claim of the paper as a paired difference, its 95% int
     python table.py                          # 3 seeds, ~13 min each on 2 CPU cores; a markdown table; runs/table/table.json
     python table.py --preset cpu-demo-math --seeds 3   # the math workflow (tool writes code, reasoner answers); ~13 min per seed alone
     python table.py --rows shared,per-role --seeds 5   # one comparison (per-role vs shared) over 5 seeds
+    python table.py --preset cpu-demo-math3 --rows per-role,mas3,mas3-shared   # two agents vs three (a checker)
     python table.py --steps 20 --eval_n 50 --seeds 1 --out_dir runs/table-quick  # a quick look: no verdicts
     python -m pytest -q test_table.py test_stats.py
 
@@ -35,6 +36,11 @@ with their claims (CONTROL_CLAIMS), each against per-role. Every trained row als
 per step (samples and response tokens, the mean over its steps in metrics.jsonl) and, per policy, the
 median and the largest of its per-step gradient norms (grad_norm/<policy>, before clipping; mean over
 seeds): the spikes agent-wise normalisation is said to remove.
+Three agents (THREE; --preset cpu-demo-math3, whose warm-up also has checker transcripts), each claim
+in THREE_CLAIMS against the two-agent per-role row of the same base model:
+    mas3               tool, checker, reasoner (--workflow mas3): the checker reads the program and what it
+                       printed and says ok or object; the reasoner sees its verdict; per-role
+    mas3-shared        the same with one policy for the three roles
 Seeds --seed .. --seed+N-1: seed S trains and evaluates every row with --seed S, in OUT/seed-S. A row's
 number is its mean over seeds and test problems with a 95% interval; a claim (CLAIMS) is the paired
 difference A - B of two rows (same seeds, same problems) with its interval and a verdict: better, worse,
@@ -72,6 +78,7 @@ import tiny
 from common import PRESETS, Parser, die, latest_checkpoint, make_env, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = {"cpu-demo": "runs/table", "cpu-demo-math": "runs/table-math", "cpu-demo-math3": "runs/table-math3"}  # presets
 # (key, row, training flags; or None: untrained; or the key of the trained row whose models are swapped, eval flags)
 ROWS = [
     ("single", "single agent", None, ["--workflow", "single"]),
@@ -98,14 +105,26 @@ CONTROLS = [
     ("tool-only", "control: train the tool agent only", ["--policies", "per-role", "--train_roles", "{first}"], []),
     ("decider-only", "control: train the deciding agent only", ["--policies", "per-role", "--train_roles", "{second}"], []),
 ]
-# rows a preset cannot run: the flag would change nothing there (a row that trains exactly as another)
+# three agents (math's mas3: tool, checker, reasoner), from a warm-up that has checker transcripts too
+THREE = [
+    ("mas3", "MAS3 + AT-GRPO per-role (tool, checker, reasoner)", ["--workflow", "mas3", "--policies", "per-role"],
+     ["--workflow", "mas3"]),
+    ("mas3-shared", "MAS3 + AT-GRPO shared (tool, checker, reasoner)", ["--workflow", "mas3", "--policies", "shared"],
+     ["--workflow", "mas3"]),
+]
+# rows a preset cannot run: the flag would change nothing there (a row that trains exactly as another), or
+# its model never learnt the row's roles
 NOT_FOR = {
+    **{(p, k): why for k, _, _, _ in THREE for p, why in [
+        ("cpu-demo", "plan_path has no third agent"),
+        ("cpu-demo-math", "its warm-up has no checker transcripts (the checker would never say a verdict word); "
+                          "--preset cpu-demo-math3")]},
     ("cpu-demo-math", "multi-turn-single"): "math's single workflow ends at the reasoner's first answer, whatever --max_turns",
     ("cpu-demo-math", "agent-norm"): "one turn: AT-GRPO's (problem, turn, role) groups already hold one agent's responses "
                                      "each, so agent-wise normalisation trains exactly as per-role",
 }
 PAPER = [key for key, _, _, _ in ROWS]
-ALL_ROWS = ROWS + CONTROLS
+ALL_ROWS = ROWS + CONTROLS + THREE
 NAME = {key: name for key, name, _, _ in ALL_ROWS}
 # the paper's claims, each the paired difference A - B: (claim, A, B)
 CLAIMS = [
@@ -123,6 +142,11 @@ CONTROL_CLAIMS = [
     ("agent-wise vs group normalisation (per-role)", "agent-norm", "per-role"),
     ("train both agents vs the tool agent only", "per-role", "tool-only"),
     ("train both agents vs the deciding agent only", "per-role", "decider-only"),
+]
+
+THREE_CLAIMS = [
+    ("three agents vs two (per-role): a checker between tool and reasoner", "mas3", "per-role"),
+    ("three agents: per-role vs shared policies", "mas3", "mas3-shared"),
 ]
 
 
@@ -337,7 +361,7 @@ def summarize(keys, per_seed):
                      **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith("reward/")},
                      **({"grad_norm": grads} if grads else {})})
     claims = []
-    for claim, x, y in CLAIMS + CONTROL_CLAIMS:
+    for claim, x, y in CLAIMS + CONTROL_CLAIMS + THREE_CLAIMS:
         if x in keys and y in keys:
             d, lo, hi = stats.paired(matrix[x], matrix[y])
             claims.append({"claim": claim, "a": x, "b": y, "diff": d, "low": lo, "high": hi,
@@ -373,10 +397,12 @@ def markdown(rows, claims):
 
 def main(argv=None):
     ap = Parser(description="The paper's table in miniature (CPU demo), over seeds. See the docstring.")
-    ap.add_argument("--preset", default="cpu-demo", choices=("cpu-demo", "cpu-demo-math"),
-                    help="the demo whose settings every row uses (plan_path, or the math workflow)")
+    ap.add_argument("--preset", default="cpu-demo", choices=tuple(OUT),
+                    help="the demo whose settings every row uses (plan_path, the math workflow, or math with the "
+                         "three-agent rows' warm-up)")
     ap.add_argument("--rows", default=None, help=f"comma-separated row keys: the paper's {', '.join(PAPER)} (the default), "
-                                              f"and the controls {', '.join(k for k, _, _, _ in CONTROLS)}")
+                                              f"the controls {', '.join(k for k, _, _, _ in CONTROLS)}, and three "
+                                              f"agents {', '.join(k for k, _, _, _ in THREE)} (--preset cpu-demo-math3)")
     ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
     ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
     ap.add_argument("--seed", type=int, default=0, help="the first seed")
@@ -385,9 +411,9 @@ def main(argv=None):
     ap.add_argument("--mixed_code", action="store_true", help="aggregate pieces made by different code versions "
                                                             "(git commit + dirty flag; refused without this flag)")
     ap.add_argument("--out_dir", default=None, help="OUT/seed-S/ holds each seed's runs, eval JSONs and log; OUT/table.json "
-                                                  "the table (default runs/table, runs/table-math for cpu-demo-math)")
+                                                  f"the table (default: the preset's, {OUT})")
     ap.add_argument("--tiny_dir", default=None, help="the warm-started demo model (built if absent; default: "
-                                                    "the preset's, tiny-model or tiny-model-math)")
+                                                    "the preset's: tiny-model, tiny-model-math, tiny-model-math3)")
     a = ap.parse_args(argv)
     if a.steps <= 0 or a.eval_n <= 0 or a.seeds <= 0:
         die("--steps, --eval_n and --seeds must be positive")
@@ -398,7 +424,7 @@ def main(argv=None):
         die(f"--rows: --preset {a.preset} cannot run {'; '.join(cannot)}")
     keys = [k for k in NAME if k in a.rows.split(",")]  # in the table's order
     preset, settings = a.preset, PRESETS[a.preset]
-    a.out_dir = a.out_dir or ("runs/table" if preset == "cpu-demo" else "runs/table-math")
+    a.out_dir = a.out_dir or OUT[preset]
     a.tiny_dir = a.tiny_dir or settings.get("tiny_dir", "tiny-model")
     demo = argparse.Namespace(**settings)  # the preset's task options, picked by the task class as train.py does
     check_tiny(a, settings)

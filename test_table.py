@@ -77,7 +77,7 @@ def fake_pieces(monkeypatch, calls, fail=()):
     def run_eval(a):
         k = min(a.n, SOLVED[row_of(a)] + (a.seed == 1 and row_of(a) == "per-role"))
         per = [1.0] * k + [0.0] * (a.n - k)
-        return {"success": k / a.n, "success_se": 0.0, "per_problem": per, "pass@1": k / a.n, "turns": 1.0,
+        return {"success": k / a.n, "success_se": 0.0, "per_problem": per, f"pass@{a.samples}": k / a.n, "turns": 1.0,
                 "tokens": 3, "wall_s": 0.0, "models": {}, "settings": {k: v for k, v in vars(a).items() if k != "plot"}}
     monkeypatch.setattr(ev, "run_eval", run_eval)
     monkeypatch.setattr(table, "code_version", lambda: "c0de")  # (the checkout may change while a test runs)
@@ -437,3 +437,37 @@ def test_a_row_with_its_own_turns_never_builds_the_demo_model(tmp_path, monkeypa
     assert built == [(tiny_dir, table.PRESETS["cpu-demo"]["max_turns"], 3)]
     train_cmd, = [c for c in calls if "train.py" in c]
     assert train_cmd[train_cmd.index("--model") + 1] == tiny_dir  # built already: never --model tiny
+
+
+def test_three_agent_rows_train_mas3_from_the_math3_warmup(tmp_path, monkeypatch, capsys):
+    """--preset cpu-demo-math3: the mas3 rows train and evaluate --workflow mas3 (per-role, or shared) from
+    the same math3 warm-up as the two-agent per-role row, which differs from them in the workflow alone;
+    their claims are against it. The presets whose model never saw a checker refuse the rows in one line."""
+    for preset in ("cpu-demo", "cpu-demo-math"):
+        with pytest.raises(SystemExit) as e:
+            table.main(["--preset", preset, "--rows", "per-role,mas3"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "cannot run mas3" in err and len(err.strip().splitlines()) == 1
+    calls = []
+    monkeypatch.setattr(table, "ROWS", table.ALL_ROWS)
+    for k in ("mas3", "mas3-shared"):
+        monkeypatch.setitem(SOLVED, k, 6)
+    fake_pieces(monkeypatch, calls)
+    res = table.main(["--preset", "cpu-demo-math3", "--rows", "per-role,mas3,mas3-shared", "--steps", "2",
+                      "--eval_n", "20", "--seeds", "2", "--out_dir", str(tmp_path / "t"),
+                      "--tiny_dir", str(tmp_path / "tiny")])
+    ns = {}
+    for c in calls:
+        if "train.py" in c and c[c.index("--seed") + 1] == "0":
+            out = c[c.index("--out_dir") + 1]
+            ns[next(k for k, n, _, _ in table.ALL_ROWS if out.endswith("/" + table.slug(n)))] = parsed(c)
+    assert set(ns) == {"per-role", "mas3", "mas3-shared"}
+    assert all(n["tiny_warmup"] == "math3" and n["task"] == "math" for n in ns.values())
+    changed = lambda k, base: {d for d in ns[k] if ns[k][d] != ns[base][d] and d not in ("out_dir", "model", "tiny_dir")}
+    # --train_roles defaults to the workflow's roles: every one trains
+    assert changed("mas3", "per-role") == {"workflow", "train_roles"} and ns["mas3"]["workflow"] == "mas3"
+    assert ns["mas3"]["train_roles"] == ["tool", "checker", "reasoner"]
+    assert changed("mas3-shared", "mas3") == {"policies"} and ns["mas3-shared"]["policies"] == "shared"
+    ev = [c for c in calls if "eval.py" in c and "mas3" in c[c.index("--json") + 1]]
+    assert len(ev) == 4 and all(c[c.index("--workflow") + 1] == "mas3" for c in ev)
+    assert {(c["a"], c["b"]) for c in res["claims"]} == {(a, b) for _, a, b in table.THREE_CLAIMS}

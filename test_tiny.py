@@ -90,3 +90,68 @@ def test_ensure_refuses_a_build_of_another_size_or_seed(tmp_path):
     assert tiny.ensure(str(m), args(task="math", size=9, max_turns=1)) == str(m)
     with pytest.raises(ValueError, match="seed"):
         tiny.ensure(str(m), args(task="math", seed=2))
+
+
+def test_math3_warmup_plays_both_workflows_and_the_checker_at_its_rate():
+    """--task math3 (cpu-demo-math3): half the problems are the two-agent workflow's transcripts, exactly
+    as math's, half the three-agent one's: the checker reads the program and its output and gives the
+    right verdict ~70% of the time; the reasoner sees that verdict and boxes the output after an ok ~80%
+    of the time, after an objection ~20%. math's own transcripts have no checker."""
+    import arith
+    assert not any("Check the tool" in m[-1]["content"] for m, _ in tiny.math_transcripts(200, seed=0))
+    pairs = list(tiny.math_transcripts(400, seed=0, three=True))
+    checker = [(m[-1]["content"], a) for m, a in pairs if "Check the tool" in m[-1]["content"]]
+    tool = [m for m, _ in pairs if "Write a Python program" in m[-1]["content"]]
+    after = [(m[-1]["content"], a) for m, a in pairs if "Checker said:" in m[-1]["content"]]
+    assert len(tool) == 400 and len(checker) == len(after) == 200
+    assert {a for _, a in checker} == {"ok", "object"}
+    right = []
+    for k, (text, said) in enumerate(checker):  # the odd problems are the three-agent ones
+        truth = arith.problem("train", tiny.SFT_OFFSET + 2 * k + 1)
+        program = text.split("```python\n")[1].split("\n```")[0]
+        printed = text.split("Tool program printed: ")[1].split("\n")[0]
+        assert f"Problem: {truth['problem']}\n" in text
+        assert program.startswith("print(") and printed == str(arith.value(program[len("print("):-1]))
+        right.append(said == ("ok" if printed == truth["answer"] else "object"))
+    assert 0.6 < sum(right) / len(right) < 0.8  # p_check = 0.7
+    for verdict, lo, hi in (("ok", 0.65, 0.95), ("object", 0.05, 0.35)):
+        copied = [a == f"\\boxed{{{t.split('Tool program printed: ')[1].split(chr(10))[0]}}}"
+                  for t, a in after if f"Checker said: {verdict}\n" in t]
+        assert lo < sum(copied) / len(copied) < hi, verdict
+
+
+def test_ensure_builds_the_warmup_the_run_names(tmp_path):
+    """--tiny_warmup math3 (the cpu-demo-math3 preset) asks for the math3 recipe: a math build is refused
+    in one line naming the task, a math3 build is reused, and auto keeps the task's own (math)."""
+    import json
+    from types import SimpleNamespace
+
+    import pytest
+    args = lambda **kw: SimpleNamespace(**{"task": "math", "size": None, "seed": 0, "max_turns": 1, **kw})
+    d = tmp_path / "tiny-model-math3"
+    d.mkdir()
+    made = lambda task: dict(task=task, sft_steps=tiny.SFT_STEPS[task], size=5, seed=0, max_turns=2,
+                             version=tiny.VERSION[task])
+    (d / "tiny.json").write_text(json.dumps(made("math")))
+    assert tiny.ensure(str(d), args()) == str(d) == tiny.ensure(str(d), args(tiny_warmup="auto"))
+    with pytest.raises(ValueError, match="task") as e:
+        tiny.ensure(str(d), args(tiny_warmup="math3"))
+    assert str(d) in str(e.value) and "\n" not in str(e.value)
+    (d / "tiny.json").write_text(json.dumps(made("math3")))
+    assert tiny.ensure(str(d), args(tiny_warmup="math3")) == str(d)
+    with pytest.raises(ValueError, match="task"):
+        tiny.ensure(str(d), args())
+
+
+def test_math3_build_knows_the_checker_words(tmp_path):
+    """A math3 build (two warm-up steps, so it is quick) records its recipe, and its tokenizer learnt the
+    checker's prompt and verdicts as words (one token each), as math's learnt its own."""
+    import json
+
+    from transformers import AutoTokenizer
+    out = tiny.build(str(tmp_path / "m3"), sft_steps=2, task="math3", log=lambda s: None)
+    got = json.load(open(tmp_path / "m3" / "tiny.json"))
+    assert (got["task"], got["version"]) == ("math3", tiny.VERSION["math3"])
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(tok.encode(" object", add_special_tokens=False)) == 1
+    assert len(tok.encode(" ok", add_special_tokens=False)) == 1

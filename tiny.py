@@ -13,10 +13,16 @@ With --task math (the math miniature, arith.py's word problems) the tokenizer le
 words (digits stay single tokens) and the transcripts are the math workflow's: the tool agent's program
 is right 30% of the time, makes its template's one misreading 50% (else another plausible wrong
 expression), the reasoner boxes a right tool output 80% of the time, a wrong one half the time, else
-"computes in its head" (right 20% of the time).
+"computes in its head" (right 20% of the time). With --task math3 (the three-agent miniature, `--preset
+cpu-demo-math3`) half the transcripts are the two-agent workflow's, as above, and half the three-agent
+one's (mas3): a checker between them reads the program and its output and says the right verdict (ok on
+a right output, object on a wrong one) 70% of the time; the reasoner boxes the tool's output after an
+ok 80% of the time and after an objection 20%, else computes in its head. One base, so two and three
+agents start from the same weights.
 
     python tiny.py --out tiny-model                  # demo model (about 2 minutes on 2 cores)
     python tiny.py --out tiny-model-math --task math # math miniature's model (about 5 minutes)
+    python tiny.py --out tiny-model-math3 --task math3  # its two- and three-agent model (about 5 minutes)
     python tiny.py --out /tmp/t --sft_steps 0        # untrained model for tests (1 s)
 """
 import argparse
@@ -33,23 +39,24 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
 SFT_OFFSET = 5_000_000
 # per warm-up task, bump when its tokenizer or recipe changes: ensure() refuses an older build (math 5:
 # arith's problems split by value, so the warm-up draws other train problems)
-VERSION = {"plan_path": 4, "math": 5}
+VERSION = {"plan_path": 4, "math": 5, "math3": 1}
 # the demo models' warm-up, per task: math must learn to copy numbers from the prompt, which a model this
 # small picks up only after ~300 steps at a higher lr (the loss sits at ln(10) per digit until then)
-SFT_STEPS = {"plan_path": 100, "math": 600}
-SFT_LR = {"plan_path": 2e-3, "math": 3e-3}
+SFT_STEPS = {"plan_path": 100, "math": 600, "math3": 600}
+SFT_LR = {"plan_path": 2e-3, "math": 3e-3, "math3": 3e-3}
+WARMUPS = tuple(VERSION)  # train.py --tiny_warmup's choices besides auto (the task's own)
 
 
 def corpus(task="plan_path"):
     """Prompt text of the game tasks (or of the math miniature): the tokenizer learns its words, so
     instructions cost few tokens."""
     import envs
-    if task == "math":
+    if task in ("math", "math3"):
         for i in range(200):  # every template many times (numbers are single characters anyway)
-            for wf in ("mas", "single"):
+            for wf in ("mas", "single") + (("mas3",) if task == "math3" else ()):
                 env = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1, workflow=wf)
                 yield from (m["content"] for r in env.roles for m in env.prompt(r))
-        yield from ["print", "boxed", "user", "assistant", "system"] * 50
+        yield from ["print", "boxed", "user", "assistant", "system"] * 50 + (["ok", "object"] * 50 if task == "math3" else [])
         return
     for task in ("plan_path", "sudoku", "sokoban"):
         for mode in ("direct", "code"):
@@ -178,17 +185,20 @@ def mistype(x, rng):
 CONFUSIONS = ["{a} * {b} + {c}", "({a} + {b}) * {c}", "{a} + {b} + {c}", "{a} - {b} * {c}", "{a} * {b} + {c} + {d}"]
 
 
-def math_transcripts(n, seed, p_tool=0.3, p_confused=0.5, p_trust=0.5, p_head=0.2):
+def math_transcripts(n, seed, p_tool=0.3, p_confused=0.5, p_trust=0.5, p_head=0.2, three=False, p_check=0.7):
     """(messages, answer) pairs of the math workflow on arith train problems: the tool's program is right
     with prob p_tool, the template's misreading (CONFUSIONS) with prob p_confused, else another plausible
     wrong one; the reasoner boxes the tool's output when it is right (prob 0.8), and with prob p_trust
     when it is wrong; otherwise it 'computes in its head': right with prob p_head, else a digit off. Some
-    single-agent prompts (the reasoner alone, in its head)."""
+    single-agent prompts (the reasoner alone, in its head). `three`: every other problem is played by the
+    three-agent workflow (mas3): the checker gives the right verdict with prob p_check; the reasoner boxes
+    the tool's output after an ok with prob 0.8, after an objection with prob 0.2, else works in its head."""
     import arith
     import envs
     rng = random.Random(seed)
     for i in range(n):
-        env = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1)
+        wf = "mas3" if three and i % 2 else "mas"
+        env = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1, workflow=wf)
         t, nums = env.record["template"], env.record["numbers"]
         right = arith.answer(t, nums)
         u = rng.random()
@@ -200,7 +210,13 @@ def math_transcripts(n, seed, p_tool=0.3, p_confused=0.5, p_trust=0.5, p_head=0.
         env.tool_answer = out
         head = str(right if rng.random() < p_head else mistype(right, rng))
         ok = out == str(right)
-        yield env.prompt("reasoner"), f"\\boxed{{{out if rng.random() < (0.8 if ok else p_trust) else head}}}"
+        if wf == "mas3":
+            env.tool_program = tool
+            said = env.checked = ("ok" if ok else "object") if rng.random() < p_check else ("object" if ok else "ok")
+            yield env.prompt("checker"), said
+            yield env.prompt("reasoner"), f"\\boxed{{{out if rng.random() < (0.8 if said == 'ok' else 0.2) else head}}}"
+        else:
+            yield env.prompt("reasoner"), f"\\boxed{{{out if rng.random() < (0.8 if ok else p_trust) else head}}}"
         if rng.random() < 0.2:
             single = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1, workflow="single")
             yield single.prompt("reasoner"), f"\\boxed{{{str(right) if rng.random() < p_head else str(mistype(right, rng))}}}"
@@ -210,7 +226,7 @@ def sft(model, tok, steps, size, seed=0, batch=64, lr=2e-3, max_turns=2, task="p
     """Supervised warm-up; loss only on answer and EOS tokens."""
     from rollout import encode_prompt
     data, n = [], steps * batch // 2 + 1000
-    for msgs, ans in (math_transcripts(n, seed) if task == "math" else
+    for msgs, ans in (math_transcripts(n, seed, three=task == "math3") if task in ("math", "math3") else
                       transcripts(n, size, seed, max_turns=max_turns)):
         p = encode_prompt(tok, msgs)
         a = tok.encode(ans, add_special_tokens=False) + [tok.eos_token_id]
@@ -268,7 +284,9 @@ def ensure(out, args, log=print):
     warm-up plays the run's plan_path size and turns, weights and warm-up drawn from the run's seed); an
     existing build made by another recipe (an older tiny.py, another size, seed, turns or warm-up) raises
     ValueError naming `out` and the settings that differ, since it would silently change the demo."""
-    task = "math" if args.task == "math" else "plan_path"  # other tasks get the plan_path warm-up
+    task = getattr(args, "tiny_warmup", "auto")  # train.py --tiny_warmup; auto: the task's own
+    if task == "auto":
+        task = "math" if args.task == "math" else "plan_path"  # other tasks get the plan_path warm-up
     size = (args.size or 10) if args.task == "plan_path" else 4
     if not os.path.isdir(out):
         return build(out, sft_steps=SFT_STEPS[task], size=size, seed=args.seed, max_turns=args.max_turns, task=task, log=log)
@@ -295,7 +313,8 @@ if __name__ == "__main__":
     ap.add_argument("--size", type=int, default=5, help="plan_path grid size of the warm-up transcripts")
     ap.add_argument("--max_turns", type=int, default=2, help="turns per episode in the warm-up transcripts")
     ap.add_argument("--seed", type=int, default=0, help="seed of weights, data and warm-up order")
-    ap.add_argument("--task", default="plan_path", choices=("plan_path", "math"),
-                    help="warm-up transcripts: plan_path, or math on arith problems (the math miniature)")
+    ap.add_argument("--task", default="plan_path", choices=WARMUPS,
+                    help="warm-up transcripts: plan_path, math on arith problems (the math miniature), or math3 "
+                         "(its two- and three-agent workflows)")
     a = ap.parse_args()
     build(a.out, a.sft_steps, a.size, a.seed, a.max_turns, a.task)

@@ -61,6 +61,9 @@ def get_args(argv=None):
       help="modules that get adapters: all-linear (every linear layer of the decoder, not lm_head) or a comma list, "
            "e.g. q_proj,v_proj")
     A("--tiny_dir", default="tiny-model", help="where --model tiny lives (tiny.py builds it on first use)")
+    A("--tiny_warmup", default="auto", choices=("auto",) + tiny.WARMUPS,
+      help="the warm-up tiny.py gives --model tiny: auto (the task's: math, else plan_path), or math3 (math's "
+           "two- and three-agent transcripts: --preset cpu-demo-math3)")
     A("--steps", type=int, default=200, help="training steps")
     A("--K", type=int, default=8, help="branches per (problem, turn, role) group")
     A("--problems", type=int, default=32, help="problems per step (over all ranks)")
