@@ -211,7 +211,6 @@ def fix_flags(fix):
     return " ".join(f"{flags[k]} {int(v) if k != 'engine_bytes' else 1}" for k, v in fix.items())
 
 
-# ---- measured -----------------------------------------------------------------------------------------
 def run_kwargs(args, cfg, gpu_bytes, world):
     """plan()'s arguments for this run's flags on `world` GPUs of gpu_bytes each (the engine takes
     --gpu_memory_utilization of it). On a machine without a GPU it plans for one (bf16 unless --dtype
@@ -253,6 +252,7 @@ def plan_run(args):
     return 0 if print_plan(cfg, args.model, args.plan_gpu_gib, **kw) else 1
 
 
+# ---- measured -----------------------------------------------------------------------------------------
 def matmul_tflops(device, dtype, n, reps=5):
     """The speed of one square matmul here and now: the peak MFU is measured against."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
