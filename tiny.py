@@ -210,13 +210,13 @@ def math_transcripts(n, seed, p_tool=0.3, p_confused=0.5, p_trust=0.5, p_head=0.
         env.tool_answer = out
         head = str(right if rng.random() < p_head else mistype(right, rng))
         ok = out == str(right)
-        if wf == "mas3":
+        trust = 0.8 if ok else p_trust  # the reasoner's chance of boxing the tool's output
+        if wf == "mas3":  # ... which follows the checker's verdict instead
             env.tool_program = tool
             said = env.checked = ("ok" if ok else "object") if rng.random() < p_check else ("object" if ok else "ok")
             yield env.prompt("checker"), said
-            yield env.prompt("reasoner"), f"\\boxed{{{out if rng.random() < (0.8 if said == 'ok' else 0.2) else head}}}"
-        else:
-            yield env.prompt("reasoner"), f"\\boxed{{{out if rng.random() < (0.8 if ok else p_trust) else head}}}"
+            trust = 0.8 if said == "ok" else 0.2
+        yield env.prompt("reasoner"), f"\\boxed{{{out if rng.random() < trust else head}}}"
         if rng.random() < 0.2:
             single = envs.make("math", "train", SFT_OFFSET + i, data="arith", max_turns=1, workflow="single")
             yield single.prompt("reasoner"), f"\\boxed{{{str(right) if rng.random() < p_head else str(mistype(right, rng))}}}"
