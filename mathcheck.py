@@ -4,8 +4,9 @@ extract_boxed(text) -> the content of the last \\boxed{...} in a completion, or 
 math_equal(pred, gold) -> bool. An answer is ONE value: `x = 7` is the value 7, but a chain `1233 = 1234`
 or numbers side by side `1 2 3 4` are not the gold's value (math_verify alone would take the last side or
 sum the list). The forms the usual graders (MATH's, Qwen's) accept count: a percent `25%` is 25 or 0.25
-(not 2500); a short name `AB = 5`, `x_1 = 5`, `\\angle A = 30^\\circ` (1-4 letters) names the value;
-`n = 2 \\text{ or } n = 3` is `2, 3`; `\\$` and `$` are dropped; `1\\,000` and `1{,}000` are 1000. Plain
+(not 2500); a short name `AB = 5`, `x_1 = 5`, `\\angle A = 30^\\circ` (1-4 letters), `\\overline{AB} = 5`,
+`|AB| = 5`, `\\text{Area} = 12` names the value; `n = 2 \\text{ or } n = 3` is `2, 3`; `\\$` and `$` are
+dropped; `1\\,000` and `1{,}000` are 1000, after a name too (`x = 1\\,000`). Plain
 numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%) compare exactly in-process; anything else goes to math_verify
 in a helper process with a hard limit on its CPU time (safe from any thread, cannot hang a caller, and
 the same verdict on a loaded machine as on an idle one); a pool of helpers serves threads at once.
@@ -75,10 +76,16 @@ def _clean(s):
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\!", "").replace("\\%", "%")
     s = re.sub(r"\^\s*(\{\s*\\circ\s*\}|\\circ)$", "", s)  # 30^\circ is 30 (as MATH's grader reads it)
     s = re.sub(rf"(?:{SPACE})?(?:\\(?:text|textrm|mbox|mathrm)\{{\s*or\s*\}}|\bor\b)(?:{SPACE})?", ", ", s)  # 2 or 3: 2, 3
-    t = re.sub(r"\\,|\{,\}", ",", s)  # 1\,000 and 1{,}000 are LaTeX's 1,000
-    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?%?", t):  # 1,000 is a thousands separator, not a tuple
-        s = t.replace(",", "")
-    return s
+    # the value of each `name = value` part is read as a bare answer is: `x = 1\,000, y = 2\,000` is x = 1000, y = 2000
+    return ", ".join(_thousands(part) for part in re.split(rf",\s*(?={NAME}\s*{EQ})", s))
+
+
+def _thousands(s):
+    """1,000, 1\\,000 and 1{,}000 are 1000 (a thousands separator, not a tuple), also after `name =`;
+    anything else as it was."""
+    name, value = re.fullmatch(rf"((?:{NAME}\s*{EQ}\s*)?)(.*)", s, re.S).groups()
+    t = re.sub(r"\\,|\{,\}", ",", value)  # 1\,000 and 1{,}000 are LaTeX's 1,000
+    return name + t.replace(",", "") if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?%?", t) else s
 
 
 def _number(s):
@@ -97,8 +104,10 @@ def _number(s):
         return None
 
 
-# what `NAME = value` may name: x, x_1, \theta, f(x), a segment or polygon AB, ABCD (1-4 letters), \angle A
-NAME = r"(?:(?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Za-z]{1,4}|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([^()=]*\))?"
+# what `NAME = value` may name: x, x_1, \theta, f(x), a segment or polygon AB, ABCD (1-4 letters), \angle A,
+# a segment's length \overline{AB} or |AB|, a word \text{Area} (also \textrm, \mathrm, \mbox)
+NAME = (r"(?:(?:m\s*)?\\angle\s*[A-Za-z]{1,3}|\\overline\{\s*[A-Za-z]{1,4}\s*\}|\|\s*[A-Za-z]{1,4}\s*\|"
+        r"|\\(?:text|textrm|mathrm|mbox)\{\s*[A-Za-z][A-Za-z ]{0,19}\}|[A-Za-z]{1,4}|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([^()=]*\))?")
 EQ = r"(?<![<>!=])=(?!=)"  # an equals sign (not <=, >=, !=, ==)
 SPACE = r"(?:\s|~|\\[ ,;:]|\\q?quad)+"  # plain and LaTeX spacing
 

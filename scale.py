@@ -21,10 +21,11 @@ is twice the forward (LoRA: the frozen weights get no weight gradient, so linear
 recomputation (--grad_ckpt) and repeated prompts are not counted: MFU, not hardware utilisation.
 
 Planned (`plan`): bytes per GPU from the config: trainer state + FSDP's gathered layers + activations of
-one micro-batch + one lm_head chunk's logits + the engine's share. The activation count is per token and
-layer, from the tensors a Qwen3 decoder layer keeps for backward (listed in `act_bytes`). For a run's own
-flags: `run_kwargs` (what train.py's flags mean for the plan), `plan_run` (train.py --plan) and
-`run_verdict` (train.py's check at start on CUDA, with the GPU's own memory).
+one micro-batch + one lm_head chunk's logits + the engine's share, in the update and in the rollout (with
+a role switch's transient), then the margin: CUDA context, NCCL's buffers, the allocator's reserved over
+allocated (the constants above `plan`). The activation count is per token and layer, from the tensors a Qwen3 decoder
+layer keeps for backward (`act_bytes`). For a run's own flags: `run_kwargs` (what train.py's flags mean for
+the plan), `plan_run` (train.py --plan) and `run_verdict` (train.py's check at start on CUDA).
 """
 import json
 import os
@@ -126,15 +127,32 @@ def act_bytes(cfg, b=2):
     return norms + attn + mlp
 
 
+# The margin: what a process needs beyond torch's tensors (docs/scale.md). Measured on the H200's out-of-memory
+# row (docs/scale-h200.jsonl): bench.py's parent, a CUDA context with cuBLAS and a matmul's tensors, held 1002
+# MiB; the failing process had 132.58 GiB in use, 126.81 GiB allocated: 4.8 GiB over it besides its context,
+# after the allocator had given its free cache back to retry, 3.8% it could not return (fragmentation).
+CUDA_CONTEXT = 1.0 * GiB  # per process (trainer and engine share one); a trainer loads more kernels than bench
+FRAGMENTATION = 0.05  # of torch's allocations at the peak (3.8% measured, rounded up)
+FRAGMENTATION_EXPANDABLE = 0.01  # expandable_segments:True unmaps free pages (assumed, not measured)
+# assumed: one NCCL communicator over several GPUs keeps 0.5-1.6 GiB per GPU (NVIDIA/nccl issues 964, 864;
+# NVLS adds to it, NCCL_NVLS_ENABLE=0 returns that); one rank opens no peer buffers
+NCCL_BUFFERS = 1.5 * GiB
+
+
 def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_tokens=8192, grad_ckpt=False,
-         logp_chunk=1024, kl=False, engine_bytes=0, rollout_bytes=0):
+         logp_chunk=1024, kl=False, engine_bytes=0, rollout_bytes=0, replica_bytes=0, switch_bytes=0,
+         expandable=False):
     """Expected peak bytes per GPU, by part. fsdp: fp32 master weights sharded over `world` ranks, bf16
     compute (bf16) with 2 layers gathered at a time (the one running, the one prefetched); else the fp32
     model on every rank, computed under autocast (bf16), or with LoRA a frozen base in the compute dtype.
     Activations: one micro-batch of micro_tokens tokens (all of them response tokens: the worst case for
     the logits). engine_bytes: what the engine holds during the update (0 with --sleep 1); rollout_bytes:
-    what it holds during the rollout (its share, and per-role replicas) beside the trainer's weights and
-    AdamW moments (gradients are freed after each step); "total" is the larger of the two phases."""
+    its share during the rollout (back at its wake after the update), beside the trainer's weights and AdamW
+    moments (gradients are freed after each step) and replica_bytes (per-role on several ranks: each
+    policy's engine-dtype copy); switch_bytes: the rollout's transient of a role switch or weight push
+    (run_kwargs). "update phase" and "rollout phase" are what torch and the engine hold; "total" is the
+    larger phase plus the process's CUDA context, NCCL's buffers (several ranks) and the allocator's
+    margin over torch's allocations (FRAGMENTATION, less with expandable segments)."""
     N, L, V, H = n_params(cfg), cfg.num_hidden_layers, cfg.vocab_size, cfg.hidden_size
     b = 2 if bf16 else 4
     store = 4 if fsdp or not lora_rank else b  # per stored parameter (and gradient, each AdamW moment): fp32
@@ -164,11 +182,19 @@ def plan(cfg, policies=1, lora_rank=0, world=1, fsdp=True, bf16=True, micro_toke
     part["logits"] = C * V * (b + 3 * 4)  # one chunk: model-dtype logits, fp32 copy, its softmax and gradient
     if engine_bytes:
         part["engine"] = engine_bytes
-    update = sum(part.values())
-    if rollout_bytes:  # the rollout holds weights, AdamW's moments and the engine: no activations, and no
-        # gradients (policies.update frees them after each optimiser step)
-        part["rollout phase"] = held + part.get("KL reference", 0) + rollout_bytes
-    part["total"] = max(update, part.get("rollout phase", 0))
+    part["update phase"] = sum(part.values())
+    frag = FRAGMENTATION_EXPANDABLE if expandable else FRAGMENTATION
+    phases = [(part["update phase"], part["update phase"] - engine_bytes)]  # (bytes, of them torch's)
+    if rollout_bytes or replica_bytes:  # the rollout holds weights, AdamW's moments and the engine: no
+        # activations, and no gradients (policies.update frees them after each optimiser step)
+        part["rollout phase"] = held + part.get("KL reference", 0) + rollout_bytes + replica_bytes
+        part["role switch"] = switch_bytes
+        phases.append((part["rollout phase"] + switch_bytes, part["rollout phase"] + switch_bytes - rollout_bytes))
+    peak, torch_bytes = max(phases, key=lambda ph: ph[0] + frag * ph[1])
+    part["CUDA context"] = CUDA_CONTEXT
+    part["NCCL buffers"] = NCCL_BUFFERS if world > 1 else 0
+    part["allocator margin"] = frag * torch_bytes
+    part["total"] = peak + part["CUDA context"] + part["NCCL buffers"] + part["allocator margin"]
     return part
 
 
@@ -176,7 +202,8 @@ def fits(cfg, gpu_bytes, **kw):
     """None when the plan fits, else the first changes (in the order a user would try them) that do."""
     if plan(cfg, **kw)["total"] <= gpu_bytes:
         return None
-    tries = [dict(grad_ckpt=True)] + [dict(grad_ckpt=True, micro_tokens=m) for m in (4096, 2048)]
+    tries = [dict(expandable=True)] if not kw.get("expandable") else []
+    tries += [dict(grad_ckpt=True)] + [dict(grad_ckpt=True, micro_tokens=m) for m in (4096, 2048)]
     if kw.get("engine_bytes"):
         tries += [dict(grad_ckpt=True, engine_bytes=0)]
     if kw.get("fsdp", True):
@@ -194,8 +221,18 @@ def print_plan(cfg, name, gpu_gib, **kw):
     ok = p["total"] <= gpu_gib * GiB
     print(f"plan for {name} ({n_params(cfg) / 1e9:.2f}B parameters), per GPU: " +
           ", ".join(f"{k}={v / GiB:.1f} GiB" if k.endswith("bytes") else f"{k}={v}" for k, v in kw.items()))
+    frag = FRAGMENTATION_EXPANDABLE if kw.get("expandable") else FRAGMENTATION
+    rest = p["CUDA context"] + p["NCCL buffers"] + p["allocator margin"]
+    peak = "update phase" if abs(p["total"] - rest - p["update phase"]) < 1 else "rollout phase + role switch"
+    why = {"update phase": "the parts above" + (" (the engine awake)" if kw.get("engine_bytes") else ""),
+           "rollout phase": "weights, AdamW moments, the engine's share (back at its wake after the update)",
+           "role switch": "rollout: a policy's largest tensor gathered, cast and loaded into the engine",
+           "CUDA context": "per process (1002 MiB measured on an H200, with cuBLAS)",
+           "NCCL buffers": "several ranks: one communicator (assumed)",
+           "allocator margin": f"{frag:.0%} of torch's tensors at the peak: reserved over allocated",
+           "total": f"{peak} + the three above"}
     for k, v in p.items():
-        print(f"  {k:15s} {v / GiB:8.2f} GiB")
+        print(f"  {k:17s} {v / GiB:8.2f} GiB" + (f"   {why[k]}" if k in why else ""))
     print(f"  {'fits' if ok else 'does NOT fit'} in {gpu_gib:g} GiB")
     if not ok:
         print("  would fit with: " + fix_flags(fits(cfg, gpu_gib * GiB, **kw)))
@@ -205,16 +242,21 @@ def print_plan(cfg, name, gpu_gib, **kw):
 def fix_flags(fix):
     """fits()'s answer as the flags a user adds."""
     if not fix:
-        return "none of --grad_ckpt 1, smaller --micro_tokens, --sleep 1, more ranks or --lora_rank 16"
-    flags = {"grad_ckpt": "--grad_ckpt", "micro_tokens": "--micro_tokens", "world": "torchrun --nproc_per_node",
-             "lora_rank": "--lora_rank", "engine_bytes": "--sleep"}
-    return " ".join(f"{flags[k]} {int(v) if k != 'engine_bytes' else 1}" for k, v in fix.items())
+        return ("none of PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, --grad_ckpt 1, smaller --micro_tokens, "
+                "--sleep 1, more ranks or --lora_rank 16")
+    said = {"expandable": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "grad_ckpt": "--grad_ckpt 1",
+            "engine_bytes": "--sleep 1"}
+    flags = {"micro_tokens": "--micro_tokens", "world": "torchrun --nproc_per_node", "lora_rank": "--lora_rank"}
+    return " ".join(said.get(k) or f"{flags[k]} {int(v)}" for k, v in fix.items())
 
 
 def run_kwargs(args, cfg, gpu_bytes, world):
     """plan()'s arguments for this run's flags on `world` GPUs of gpu_bytes each (the engine takes
-    --gpu_memory_utilization of it). On a machine without a GPU it plans for one (bf16 unless --dtype
-    float32 was given on a GPU box)."""
+    --gpu_memory_utilization of it), and this process's PYTORCH_CUDA_ALLOC_CONF. On a machine without a GPU
+    it plans for one (bf16 unless --dtype float32 was given on a GPU box). The role switch: the sampler
+    pulls a policy's weights into the engine one tensor at a time (train.push_weights, Policy.engine_weights),
+    under FSDP each gathered in fp32, then cast: the largest tensor (the embedding) in fp32 and in the
+    engine's dtype at once; the HF engine loads a whole state dict at once. With LoRA only adapters move: nothing to count."""
     import policies as P
     from common import task_roles
     bf16 = args.dtype == "bfloat16" or args.device == "cpu"
@@ -222,9 +264,15 @@ def run_kwargs(args, cfg, gpu_bytes, world):
     names = P.policy_names(task_roles(args), args.policies)
     share = args.gpu_memory_utilization * gpu_bytes if args.engine == "vllm" else n * b
     replicas = len(names) * n * b if world > 1 and len(names) > 1 and not args.lora_rank else 0
-    return dict(policies=len(names), lora_rank=args.lora_rank, world=world, fsdp=args.fsdp != 0, bf16=bf16,
+    H, I, q, _ = dims(cfg)
+    largest = max(cfg.vocab_size * H, H * I, H * q)
+    fsdp = args.fsdp != 0
+    switch = 0 if args.lora_rank else (4 * fsdp) * largest + (n if args.engine == "hf" else largest) * b
+    conf = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or ""  # torch's order
+    return dict(policies=len(names), lora_rank=args.lora_rank, world=world, fsdp=fsdp, bf16=bf16,
                 micro_tokens=args.micro_tokens, grad_ckpt=bool(args.grad_ckpt), logp_chunk=args.logp_chunk,
-                kl=args.kl_coef > 0, engine_bytes=0 if args.sleep else share, rollout_bytes=share + replicas)
+                kl=args.kl_coef > 0, engine_bytes=0 if args.sleep else share, rollout_bytes=share,
+                replica_bytes=replicas, switch_bytes=switch, expandable="expandable_segments:True" in conf)
 
 
 def run_verdict(args, cfg, gpu_bytes, world):
@@ -520,12 +568,13 @@ def bench_update(a, keep, peak):
                                    fsdp=dev == "cuda", bf16=dev == "cuda", micro_tokens=mb, grad_ckpt=bool(ck),
                                    logp_chunk=0 if variant == "before" else a.logp_chunk)
                         r = pair[variant] = keep(run_isolated("measure", c), part="update", plan=est, matmul_tflops=peak)
+                        est = est["update phase"]  # torch's allocations: what max_memory_allocated measures
                         head = f"update {shape} {regime} P{a.prompt} K{a.K} R{R} x{a.groups} ckpt{ck} {variant:6s}"
                         if "error" in r:
                             say(f"{head}: {r['error']}")
                             continue
                         sim = r["peak_bytes"] - r["state_bytes"] * 7 / 8
-                        mem = (f"peak {r['peak_bytes'] / GiB:.2f} GiB (plan {est['total'] / GiB:.2f}; with 8 ranks' shards "
+                        mem = (f"peak {r['peak_bytes'] / GiB:.2f} GiB (plan {est / GiB:.2f}; with 8 ranks' shards "
                                f"{sim / GiB:.2f})" if dev == "cuda" else f"peak RSS {r['peak_bytes'] / GiB:.2f} GiB")
                         say(f"{head}: {r['attention']}, {r['seconds']:.2f}s, {r['tokens_per_s']:.0f} tok/s, "
                             f"{r['tflops']:.2f} TFLOP/s = {r['tflops'] / peak:.0%} of the matmul, {mem}")

@@ -223,13 +223,28 @@ GRADERS_REJECT = [("AB = 5 = 6", "6"), ("AB = 5 = 6", "5"), ("AB = 5", "6"), ("B
                   (r"n = 2 \text{ or } n = 3", "2"), (r"n = 2 \text{ or } n = 3", "3"), (r"2 \text{ or } 3", "2, 4"),
                   (r"1233 \text{ or } 1234", "1234"), ("1233 or 1234", "1234")]
 
+# The forms compose (issue 39): each was right alone (`1\,000`, `AB = 5`), but these, a name with another
+# form, were all scored wrong. Checked both ways round.
+COMPOSED_ACCEPT = [(r"x = 1\,000", "1000"), (r"n = 12\,345", "12345"), (r"x = 1{,}000", "1000"), ("x = 1,000", "1000"),
+                   (r"x = -1\,234\,567.5", "-1234567.5"), (r"x = 1\,000", "x = 1000"), (r"\overline{AB} = 5", "5"),
+                   ("|AB| = 5", "5"), (r"\text{Area} = 12", "12"), (r"\mathrm{Area}=12", "12"),
+                   (r"\text{Area} = 1\,200", "1200"), (r"\overline{AB} = \frac{1}{2}", "0.5"), (r"|AB| = 25\%", "0.25"),
+                   (r"x = 1\,000, y = 2\,000", "(1000, 2000)")]
+# ... while their near misses stay wrong: a chain, a different value, a separator that does not group by
+# thousands, two different values for one answer
+COMPOSED_REJECT = [(r"x = 1\,00", "100"), (r"x = 1{,}0000", "10000"), (r"x = 1\,000", "1"), (r"x = 1\,000", "1001"),
+                   (r"n = 12\,345", "12346"), (r"\overline{AB} = 5 = 6", "6"), (r"\overline{AB} = 5", "6"),
+                   ("|AB| = 6", "5"), ("|AB| = 5 = 6", "5"), (r"\text{Area} = 12", "120"), (r"\text{Area} = 12 = 13", "13"),
+                   (r"x = 1\,000, y = 2\,000", "1000"), (r"\overline{AB} = 5, |AB| = 6", "5"), ("AB = 5, AB = 6", "6"),
+                   (r"x = 1\,000 \, 2", "1000"), (r"\overline{ABCDEFG} = 5", "5"), (r"\text{Area} = 12\,3", "123")]
 
-@pytest.mark.parametrize("pred, gold", GRADERS_ACCEPT)
+
+@pytest.mark.parametrize("pred, gold", GRADERS_ACCEPT + COMPOSED_ACCEPT)
 def test_the_graders_forms_of_the_right_value_count(pred, gold):
     assert mathcheck.math_equal(pred, gold) is True and mathcheck.math_equal(gold, pred) is True
 
 
-@pytest.mark.parametrize("pred, gold", GRADERS_REJECT)
+@pytest.mark.parametrize("pred, gold", GRADERS_REJECT + COMPOSED_REJECT)
 def test_near_misses_of_the_graders_forms_stay_wrong(pred, gold):
     assert mathcheck.math_equal(pred, gold) is False and mathcheck.math_equal(gold, pred) is False
 
