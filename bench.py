@@ -61,9 +61,9 @@ def groups(n_groups, K, prompt_len, seed=0):
 
 
 def time_update(model, samples, fn, micro):
-    import policies as P
+    import logprobs as LP
     t = time.time()
-    for mb in (P.pack(samples, micro) if fn is P.logprobs else
+    for mb in (LP.pack(samples, micro) if fn is LP.logprobs else
                (samples[i:i + 32] for i in range(0, len(samples), 32))):
         torch.cat(fn(model, mb, 1.0, "cpu")).sum().backward()
     return time.time() - t
@@ -228,7 +228,7 @@ def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
     rollout tokens/s in each dtype; the update's forward+backward in fp32 and under bf16 autocast over fp32
     weights (train.py --dtype bfloat16 on CPU); and logp_gap, the largest |sampler - trainer| log-prob of
     a response token (what update() logs), for each engine/trainer pair."""
-    import policies as P
+    import logprobs as LP
     import rollout as R
     from rollout import Sample
     from transformers import AutoModelForCausalLM
@@ -252,11 +252,11 @@ def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
     upd, gaps = {}, {}
     n_tok = sum(len(s.prompt_ids) // K + len(s.response_ids) for s in samples["float32"])  # prompts shared by K
     for dt, cast in (("float32", None), ("bfloat16", torch.bfloat16)):
-        net = P.LogProbs(model, autocast=cast)
-        for mb in P.pack(samples["float32"][:K], 8192):  # warm up
+        net = LP.LogProbs(model, autocast=cast)
+        for mb in LP.pack(samples["float32"][:K], 8192):  # warm up
             torch.cat(net(mb, 1.0, "cpu")).sum().backward()
         t = time.time()
-        for mb in P.pack(samples["float32"], 8192):
+        for mb in LP.pack(samples["float32"], 8192):
             torch.cat(net(mb, 1.0, "cpu")).sum().backward()
         upd[dt] = time.time() - t
         print(f"dtype update  {dt:8s}: {upd[dt]:6.1f} s forward+backward, {n_tok / upd[dt]:6.0f} tok/s "
@@ -264,7 +264,7 @@ def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
         with torch.no_grad():
             for eng_dt, ss in samples.items():
                 ds = torch.cat([(lp - torch.tensor(s.logprobs)).abs()
-                                for mb in P.pack(ss, 8192) for s, lp in zip(mb, net(mb, 1.0, "cpu"))])
+                                for mb in LP.pack(ss, 8192) for s, lp in zip(mb, net(mb, 1.0, "cpu"))])
                 gaps[(eng_dt, dt)] = (ds.max().item(), ds.mean().item())
         model.zero_grad(set_to_none=True)
     print(f"dtype: bf16/fp32 speed-up: rollout {tok_s['bfloat16'] / tok_s['float32']:.2f}x, update "
@@ -345,13 +345,13 @@ def bench_engine(a, model_dir):
 
 
 def bench_update(a, model_dir):
-    import policies as P
+    import logprobs as LP
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     ss = groups(24, a.K, 150)
-    time_update(model, ss[:32], P.logprobs, 8192)  # warm up
-    shared = time_update(model, ss, P.logprobs, 8192)
-    padded = time_update(model, ss, P.response_logprobs, 8192)
+    time_update(model, ss[:32], LP.logprobs, 8192)  # warm up
+    shared = time_update(model, ss, LP.logprobs, 8192)
+    padded = time_update(model, ss, LP.response_logprobs, 8192)
     print(f"update fwd+bwd, {len(ss)} samples in groups of {a.K} (prompt 150 tokens): shared-prompt {shared:.2f}s,"
           f" padded {padded:.2f}s, speed-up {padded / shared:.1f}x")
 
@@ -391,6 +391,7 @@ def trained(policy):
 
 def bench_lora(model_dir, roles=("tool", "planner"), repeats=5):
     """Per-role LoRA vs full fine-tuning for 2 roles on the given model and a wider one."""
+    import logprobs as LP
     import policies as P
     import rollout as R
     from transformers import AutoModelForCausalLM
@@ -398,7 +399,7 @@ def bench_lora(model_dir, roles=("tool", "planner"), repeats=5):
         full = P.Policy("full", AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32), 1e-5, 0.01, 0, 10)
         base = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
         pm = P.lora_model(base, list(roles), 8, 16, "all-linear", d)
-        net = P.LogProbs(base)
+        net = LP.LogProbs(base)
         lora = [P.Policy(n, base, 1e-4, 0.01, 0, 10, peft=pm, net=net) for n in roles]
         mem_full, mem_lora = trained(full), [trained(p) for p in lora]
         frozen = nbytes(p for n, p in pm.named_parameters() if ".lora_" not in n)

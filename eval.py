@@ -3,6 +3,7 @@ same envs, same engines, no tree sampling, no learning.
 
     python eval.py --preset cpu-demo --model runs/cpu-demo/ckpt-000200 --n 200     # the demo's task settings
     python eval.py --preset cpu-demo --model tiny-model --role_model planner=runs/cpu-demo/ckpt-000200/planner
+    python eval.py --preset cpu-real --data humaneval --n 164        # the preset's base model (smol.py builds it)
     python eval.py --plot runs/cpu-demo            # training curves (plot.py) -> runs/cpu-demo/curves.png
     python eval.py --plot runs/cpu-demo runs/cpu-demo-shared --out cmp.png   # several runs overlaid
     python -m pytest -q test_eval.py
@@ -32,6 +33,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 import rollout
+import tiny
 from common import Parser, add_common_args, die, make_env, parse_args, problem_count
 
 
@@ -161,7 +163,10 @@ def main(argv=None):
       help="run directories (or LABEL=RUN_DIR): draw their metrics.jsonl curves, overlaid, to one PNG "
            "(--out; default RUN_DIR/curves.png for one run, ./curves.png for several) and exit; see plot.py")
     add_common_args(ap)
-    A("--model", default=None, help="model dir, or a train.py checkpoint dir with one sub-dir per policy")
+    A("--model", default=None, help="model dir, or a train.py checkpoint dir with one sub-dir per policy; "
+      "'tiny' / 'smollm2' (a preset's) as train.py: the model it starts from, built on first use")
+    A("--tiny_dir", default="tiny-model", help="where --model tiny lives (train.py --tiny_dir)")
+    A("--tiny_warmup", default="auto", choices=("auto",) + tiny.WARMUPS, help="its warm-up (train.py --tiny_warmup)")
     A("--role_model", action="append", default=[], help="ROLE=PATH: serve ROLE with this model or adapter (repeatable)")
     A("--base", default=None, help="the base model of LoRA adapters (default: the one their adapter_config.json names)")
     A("--merge", default=None, help="adapter dir: merge it into its base, write a full HF model to --out, and exit")
@@ -182,6 +187,7 @@ def main(argv=None):
         return merge(args.merge.rstrip("/"), args.out or args.merge.rstrip("/") + "-merged", args.base)
     if args.model is None:
         die("--model is required")
+    args.model = tiny.resolve_model(args)  # tiny / smollm2 (a preset's): the directory train.py starts from
     proto = rollout.eval_protocol(args.task)  # train.py --eval_n uses the same
     args.samples = proto["samples"] if args.samples is None else args.samples
     args.temperature = proto["temperature"] if args.eval_temperature is None else args.eval_temperature

@@ -38,14 +38,8 @@ def advantages(rewards, keys, std_norm=True, eps=1e-6, norm="group"):
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 1 or len(r) != len(keys):
         raise ValueError(f"rewards ({r.shape}) and keys ({len(keys)}) must be 1-D and equally long")
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
-    if norm == "agent":
-        if not all(isinstance(k, tuple) and len(k) >= 2 for k in keys):
-            raise ValueError("norm='agent' needs tuple keys (problem, ..., role)")
-        keys = [(k[0], k[-1]) for k in keys]
     adv = np.zeros_like(r)
-    for idx in group_indices(keys).values():
+    for idx in norm_groups(keys, norm):
         g = r[idx]
         if len(g) < 2 or np.ptp(g) == 0.0:
             continue  # exact zero spread: leave A = 0 (never divide 0 by eps)
@@ -56,8 +50,21 @@ def advantages(rewards, keys, std_norm=True, eps=1e-6, norm="group"):
     return adv
 
 
-def group_stats(rewards, keys):
-    """Counts for the logs: groups, and groups with no learning signal (singletons, zero spread)."""
+def norm_groups(keys, norm="group"):
+    """The lists of positions that share a mean and std under `norm` (see advantages)."""
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+    if norm == "agent":
+        if not all(isinstance(k, tuple) and len(k) >= 2 for k in keys):
+            raise ValueError("norm='agent' needs tuple keys (problem, ..., role)")
+        keys = [(k[0], k[-1]) for k in keys]
+    return list(group_indices(keys).values())
+
+
+def group_stats(rewards, keys, norm="group"):
+    """Counts for the logs: the normalisation groups of `norm` (what advantages() divides by), and those
+    with no learning signal (singletons, zero spread). Counted over the same groups advantages() uses, so
+    zero_adv_frac is the share of groups whose samples all get A = 0, under either norm."""
     r = np.asarray(rewards, dtype=np.float64)
-    groups = group_indices(keys).values()
+    groups = norm_groups(keys, norm)
     return {"groups": len(groups), "zero_adv_groups": sum(len(v) < 2 or np.ptp(r[v]) == 0.0 for v in groups)}

@@ -341,6 +341,7 @@ def measure(c):
     """One configuration, in THIS process (bench.py runs each in its own). Returns the numbers as a dict."""
     import random
     import loss
+    import logprobs as LP
     import policies as P
     from transformers import AutoModelForCausalLM
     dev, cfg = c["device"], shape_config(c["shape"])
@@ -359,7 +360,7 @@ def measure(c):
         with torch.device(dev):
             m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         if after:
-            P.set_attention(m, "auto", dev)
+            LP.set_attention(m, "auto", dev)
         return m.eval()
     chunk = c["logp_chunk"] if after else 0
     kw = dict(mesh=mesh, bf16=dev == "cuda", logp_chunk=chunk)
@@ -368,13 +369,13 @@ def measure(c):
         if c["grad_ckpt"]:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         pm = P.lora_model(base, roles, c["lora_rank"], 2 * c["lora_rank"], "all-linear", "random")
-        net = P.LogProbs(base, chunk)
+        net = LP.LogProbs(base, chunk)
         if mesh is not None:
             P.shard(net, mesh, True)
         pols = [P.Policy(r, base, 1e-5, 0.0, 0, 10, peft=pm, net=net, **kw) for r in roles]
     else:
         pols = [P.Policy(r, model(), 1e-6, 0.0, 0, 10, grad_ckpt=bool(c["grad_ckpt"]), **kw) for r in roles]
-    attention = P.attention_path(pols[0].model).split(":")[0]
+    attention = LP.attention_path(pols[0].model).split(":")[0]
     samples = samples_for(groups, roles)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     def one_update():
@@ -440,7 +441,7 @@ def profiled(run, dev, top=12):
 def logits_step(c):
     """The log-prob step alone: T response tokens' hidden states through lm_head (V x H) to log-probs,
     forward and backward, whole matrix (chunk 0) or chunked. Returns seconds and peak bytes."""
-    import policies as P
+    import logprobs as LP
     dev, V, H, T = c["device"], c["vocab"], c["hidden"], c["tokens"]
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
     g = torch.Generator(device=dev).manual_seed(0)
@@ -449,13 +450,13 @@ def logits_step(c):
     tgt = torch.randint(0, V, (T,), device=dev, generator=g)
     temp = torch.ones(T, device=dev)
     if dev == "cuda":  # a warm-up first (cuBLAS handles, kernels); its memory is freed before the measured call
-        P.token_logprobs(head, h[:256], tgt[:256], temp[:256], c["chunk"]).sum().backward()
+        LP.token_logprobs(head, h[:256], tgt[:256], temp[:256], c["chunk"]).sum().backward()
         h.grad = head.weight.grad = None
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated() if dev == "cuda" else peak_bytes(dev)
     t = time.time()
-    P.token_logprobs(head, h, tgt, temp, c["chunk"]).sum().backward()
+    LP.token_logprobs(head, h, tgt, temp, c["chunk"]).sum().backward()
     if dev == "cuda":
         torch.cuda.synchronize()
     return dict(c, seconds=time.time() - t, peak_bytes=peak_bytes(dev), base_bytes=base)
@@ -464,7 +465,7 @@ def logits_step(c):
 def row_forward(c):
     """One shared-prompt row (prompt + K responses) forward without gradients (old log-probs, KL reference,
     evaluation): dense mask vs flex block mask, on the given shape. Returns the best seconds of 3."""
-    import policies as P
+    import logprobs as LP
     from transformers import AutoModelForCausalLM
     dev, cfg = c["device"], shape_config(c["shape"])
     torch.manual_seed(0)
@@ -477,7 +478,7 @@ def row_forward(c):
     with torch.no_grad():
         for _ in range(4):  # the first compiles flex_attention
             t = time.time()
-            P.shared_prompt_logprobs(m, ss, 1.0, dev)
+            LP.shared_prompt_logprobs(m, ss, 1.0, dev)
             best.append(time.time() - t)
     return dict(c, seconds=min(best[1:]), first_s=best[0])
 

@@ -109,6 +109,7 @@ def run_lora_case(tiny_dir, cfg, rank, world, mesh, out, device, args, objective
     import torch
     from peft import set_peft_model_state_dict
     from transformers import AutoModelForCausalLM
+    import logprobs as LP
     import policies as P
     names, no_shuffle = list(cfg["groups"]), SimpleNamespace(shuffle=lambda x: None)
 
@@ -120,7 +121,7 @@ def run_lora_case(tiny_dir, cfg, rank, world, mesh, out, device, args, objective
         for n in adapters or ():
             set_peft_model_state_dict(pm, adapters[n], adapter_name=n)
         pm.to(device)
-        net = P.LogProbs(base)
+        net = LP.LogProbs(base)
         if mesh is not None:
             P.shard(net, mesh, False)
         return {n: P.Policy(n, base, 1e-3, 0.01, 0, 10, "constant", mesh=mesh, peft=pm, net=net) for n in names}

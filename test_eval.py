@@ -216,3 +216,47 @@ def test_eval_reports_each_benchmark_and_labels_the_pooled_number(tiny_dir, tmp_
         assert b["success"] == pytest.approx(sum(xs) / len(xs)) and b["success_se"] == pytest.approx(statistics.stdev(xs) / len(xs) ** 0.5)
     out = p.stdout
     assert "aime" in out and "oly" in out and "pooled" in out
+
+
+def test_an_evaluation_set_needs_no_train_split(tiny_dir, tmp_path):
+    """`--data humaneval` serves only a test split: eval.py checks its task options on the split it plays,
+    never building a training problem (it stopped with "serves split(s) test, not 'train'")."""
+    j = str(tmp_path / "he.json")
+    p = run(["--task", "code", "--data", "humaneval", "--model", tiny_dir, "--engine", "hf", "--device", "cpu",
+             "--n", "1", "--max_turns", "1", "--max_tokens", "4", "--json", j])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.load(open(j))["settings"]["data"] == "humaneval"
+    p = run(["--task", "code", "--data", "humaneval", "--model", tiny_dir, "--split", "val", "--n", "1"])
+    assert p.returncode == 2 and "not 'val'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_preset_model_is_resolved_as_train_resolves_it(tiny_dir, tmp_path, monkeypatch):
+    """`eval.py --preset cpu-real` with no --model serves the preset's `smollm2` from the directory smol.py
+    builds (tiny.resolve_model, as train.py), not a directory named "smollm2". smol.ensure is stubbed
+    with the tiny model: no SmolLM2 build here (test_real.py has the real one)."""
+    import eval as E
+    import smol
+    asked = []
+    os.symlink(tiny_dir, tmp_path / "smol")
+    monkeypatch.setattr(smol, "DIR", str(tmp_path / "smol"))
+    monkeypatch.setattr(smol, "ensure", lambda out, log=print: asked.append(out))
+    j = str(tmp_path / "e.json")
+    E.main(["--preset", "cpu-real", "--engine", "hf", "--dtype", "float32", "--n", "1", "--max_turns", "1",
+            "--max_tokens", "4", "--json", j])
+    assert asked == [smol.DIR]
+    assert set(json.load(open(j))["models"].values()) == {str(tmp_path / "smol")}
+
+
+def test_a_preset_tiny_model_is_checked_against_its_recipe(tmp_path, capsys):
+    """`eval.py --preset cpu-demo-math3` with no --model asks tiny.py for the preset's model with the
+    preset's warm-up (math3): a math build in --tiny_dir is refused in one line, not served."""
+    import eval as E
+    import tiny
+    d = tmp_path / "tiny-model-math3"
+    d.mkdir()
+    (d / "tiny.json").write_text(json.dumps(dict(task="math", sft_steps=tiny.SFT_STEPS["math"], size=4, seed=0,
+                                                 max_turns=1, version=tiny.VERSION["math"])))
+    with pytest.raises(SystemExit) as e:
+        E.main(["--preset", "cpu-demo-math3", "--tiny_dir", str(d), "--n", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and str(d) in err and "task" in err and err.count("\n") == 1, err

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from grouping import advantages, group_stats
+from grouping import NORMS, advantages, group_stats
 
 
 def test_hand_computed():
@@ -77,3 +77,29 @@ def test_agent_wise_norm_pools_an_agents_turns_on_its_problem_hand_computed():
     np.testing.assert_array_equal(advantages(r, two, norm="agent"), advantages(r, two))
     with pytest.raises(ValueError):
         advantages(r, keys, norm="global")
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_zero_adv_groups_are_the_groups_advantages_leaves_at_zero(norm):
+    # train.py logs zero_adv_frac = zero_adv_groups / groups: it must count the groups advantages() divides
+    # by under the norm in use (under "agent" it counted tree groups: 100% while every sample trained)
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        keys = [(int(p), int(t), ("tool", "planner")[int(a) % 2]) for p, t, a in rng.integers(0, 3, size=(n, 3))]
+        r = rng.integers(0, 2, size=n).astype(float)
+        adv = advantages(r, keys, norm=norm)
+        pools = {}
+        for i, k in enumerate(keys):
+            pools.setdefault((k[0], k[2]) if norm == "agent" else k, []).append(i)
+        st = group_stats(r, keys, norm)
+        assert st == {"groups": len(pools), "zero_adv_groups": sum(not adv[v].any() for v in pools.values())}
+
+
+def test_zero_adv_frac_under_agent_norm_when_every_sample_trains():
+    # each tree group (problem, turn, role) has zero spread, but each agent's pool over turns does not
+    keys = [(0, 0, "tool")] * 2 + [(0, 1, "tool")] * 2
+    r = [0.0, 0.0, 1.0, 1.0]
+    assert advantages(r, keys, norm="agent").all()
+    assert group_stats(r, keys, "agent") == {"groups": 1, "zero_adv_groups": 0}
+    assert group_stats(r, keys, "group") == {"groups": 2, "zero_adv_groups": 2}

@@ -28,11 +28,12 @@ def warm_dir(tmp_path_factory):
 
 
 def lora_policies(model_dir, names=("tool", "planner"), weight_decay=0.1):
+    import logprobs as LP
     import policies as P
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     pm = P.lora_model(base, list(names), 8, 16, "all-linear", model_dir)
-    net = P.LogProbs(base)
+    net = LP.LogProbs(base)
     return pm, {n: P.Policy(n, base, 1e-2, weight_decay, 0, 10, peft=pm, net=net) for n in names}
 
 
@@ -58,6 +59,7 @@ def test_an_update_moves_only_its_own_adapter(tiny_dir):
 
 def test_kl_reference_is_the_base(tiny_dir):
     """--kl_coef with adapters: the reference is the base model (adapters off), no second copy."""
+    import logprobs as LP
     import policies as P
     pm, pols = lora_policies(tiny_dir)
     with torch.no_grad():
@@ -69,7 +71,7 @@ def test_kl_reference_is_the_base(tiny_dir):
         ref = P.ref_logprobs(pols["tool"], ss, 1.0, "cpu")
         live = pols["tool"].net(ss, 1.0, "cpu")
         from transformers import AutoModelForCausalLM
-        plain = P.response_logprobs(AutoModelForCausalLM.from_pretrained(tiny_dir), ss, 1.0, "cpu")
+        plain = LP.response_logprobs(AutoModelForCausalLM.from_pretrained(tiny_dir), ss, 1.0, "cpu")
     assert max((a - b).abs().max().item() for a, b in zip(ref, plain)) < 1e-5
     assert max((a - b).abs().max().item() for a, b in zip(live, plain)) > 1e-3  # the adapter is on otherwise
 
@@ -78,7 +80,7 @@ def test_adapter_dir_is_standard_peft_and_merges(tiny_dir, tmp_path):
     """An adapter as train.py checkpoints it loads with peft's own loader, and eval.py --merge writes a
     full model computing the same log-probs."""
     import eval as E
-    import policies as P
+    import logprobs as LP
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
     pm, pols = lora_policies(tiny_dir)
@@ -92,9 +94,9 @@ def test_adapter_dir_is_standard_peft_and_merges(tiny_dir, tmp_path):
     with torch.no_grad():
         want = pols["planner"].net(ss, 1.0, "cpu")
         loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_dir), d).get_base_model()
-        got = P.response_logprobs(loaded, ss, 1.0, "cpu")
+        got = LP.response_logprobs(loaded, ss, 1.0, "cpu")
         E.merge(d, str(tmp_path / "merged"))
-        merged = P.response_logprobs(AutoModelForCausalLM.from_pretrained(tmp_path / "merged"), ss, 1.0, "cpu")
+        merged = LP.response_logprobs(AutoModelForCausalLM.from_pretrained(tmp_path / "merged"), ss, 1.0, "cpu")
     for a, b, c in zip(want, got, merged):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
         torch.testing.assert_close(a, c, atol=1e-5, rtol=0)

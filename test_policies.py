@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import loss as L
+import logprobs as LP
 import policies as P
 from rollout import Sample
 
@@ -89,8 +90,8 @@ def test_padded_and_single_logprobs_agree(tiny_dir):
     pol = new_policy(tiny_dir)
     ss = make_samples(9)
     with torch.no_grad():
-        together = P.response_logprobs(pol.model, ss, 0.9, "cpu")
-        alone = [P.response_logprobs(pol.model, [s], 0.9, "cpu")[0] for s in ss]
+        together = LP.response_logprobs(pol.model, ss, 0.9, "cpu")
+        alone = [LP.response_logprobs(pol.model, [s], 0.9, "cpu")[0] for s in ss]
     for a, b in zip(together, alone):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
@@ -142,7 +143,7 @@ def test_non_finite_step_is_skipped(tiny_dir):
 def test_pack_respects_budget():
     ss = make_samples(30)
     for shared in (True, False):
-        mbs = list(P.pack(ss, 64, shared))
+        mbs = list(LP.pack(ss, 64, shared))
         assert sorted(id(s) for mb in mbs for s in mb) == sorted(id(s) for s in ss)
         for mb in mbs:
             rows = {}
@@ -160,17 +161,17 @@ def test_shared_prompt_rows_match_one_sample_at_a_time(tiny_dir):
     ss = make_samples(30)
     random.Random(1).shuffle(ss)  # groups interleaved: outputs must come back in input order
     with torch.no_grad():
-        rows = P.shared_prompt_logprobs(pol.model, ss, 0.7, "cpu")
-        alone = [P.response_logprobs(pol.model, [s], 0.7, "cpu")[0] for s in ss]
+        rows = LP.shared_prompt_logprobs(pol.model, ss, 0.7, "cpu")
+        alone = [LP.response_logprobs(pol.model, [s], 0.7, "cpu")[0] for s in ss]
     assert len({tuple(s.prompt_ids) for s in ss}) > 1
     for a, b in zip(rows, alone):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     # and gradients flow through the masked rows exactly as through separate forwards
     pol.model.zero_grad()
-    torch.cat(P.shared_prompt_logprobs(pol.model, ss, 0.7, "cpu")).sum().backward()
+    torch.cat(LP.shared_prompt_logprobs(pol.model, ss, 0.7, "cpu")).sum().backward()
     g1 = torch.cat([p.grad.flatten() for p in pol.model.parameters()])
     pol.model.zero_grad()
-    torch.cat([P.response_logprobs(pol.model, [s], 0.7, "cpu")[0] for s in ss]).sum().backward()
+    torch.cat([LP.response_logprobs(pol.model, [s], 0.7, "cpu")[0] for s in ss]).sum().backward()
     g2 = torch.cat([p.grad.flatten() for p in pol.model.parameters()])
     torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-4)
 
@@ -215,11 +216,11 @@ def test_each_sample_is_divided_by_its_own_temperature(tiny_dir):
     for i, s in enumerate(ss):
         s.temperature = (0.5, 1.0, 1.7)[i % 3]
     with torch.no_grad():
-        shared = P.shared_prompt_logprobs(pol.model, ss, 1.0, "cpu")
-        padded = P.response_logprobs(pol.model, ss, 1.0, "cpu")
-        alone = [P.response_logprobs(pol.model, [dataclasses.replace(s, temperature=0.0)], s.temperature, "cpu")[0]
+        shared = LP.shared_prompt_logprobs(pol.model, ss, 1.0, "cpu")
+        padded = LP.response_logprobs(pol.model, ss, 1.0, "cpu")
+        alone = [LP.response_logprobs(pol.model, [dataclasses.replace(s, temperature=0.0)], s.temperature, "cpu")[0]
                  for s in ss]
-        at_one = P.response_logprobs(pol.model, [dataclasses.replace(s, temperature=0.0) for s in ss], 1.0, "cpu")
+        at_one = LP.response_logprobs(pol.model, [dataclasses.replace(s, temperature=0.0) for s in ss], 1.0, "cpu")
     for a, b, c in zip(alone, shared, padded):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
         torch.testing.assert_close(c, a, atol=1e-5, rtol=0)
@@ -240,7 +241,7 @@ def test_chunked_token_logprobs_equal_the_full_matrix():
     w = torch.randn(37, generator=g)
     gh, gw = torch.autograd.grad((full * w).sum(), (h, head.weight))
     for chunk in (1, 5, 37, 1000, 0):  # 0: the whole matrix at once (the old path)
-        lp = P.token_logprobs(head, h, tgt, temp, chunk)
+        lp = LP.token_logprobs(head, h, tgt, temp, chunk)
         torch.testing.assert_close(lp, full, atol=1e-5, rtol=0)
         ch, cw = torch.autograd.grad((lp * w).sum(), (h, head.weight))
         torch.testing.assert_close(ch, gh, atol=1e-5, rtol=1e-5)
@@ -253,7 +254,7 @@ def test_both_paths_give_the_same_values_and_gradients_in_chunks(tiny_dir, path)
     ss = make_samples(16)
     for i, s in enumerate(ss):
         s.temperature = (0.5, 1.0, 1.7)[i % 3]
-    fn = P.shared_prompt_logprobs if path == "shared" else P.response_logprobs
+    fn = LP.shared_prompt_logprobs if path == "shared" else LP.response_logprobs
     out = []
     for chunk in (10 ** 6, 3):  # one chunk (the whole matrix at once) vs many
         pol.model.zero_grad()
@@ -279,15 +280,15 @@ def test_flex_block_mask_rows_equal_dense_mask_rows(tiny_dir, device):
     dense = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).to(device)
     flex = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).to(device)
     flex.set_attn_implementation("flex_attention")
-    assert P.shares_prompt(flex) and "flex" in P.attention_path(flex) and "dense" in P.attention_path(dense)
+    assert LP.shares_prompt(flex) and "flex" in LP.attention_path(flex) and "dense" in LP.attention_path(dense)
     ss = make_samples(20)
     random.Random(2).shuffle(ss)
     for i, s in enumerate(ss):
         s.temperature = (0.5, 1.0, 1.7)[i % 3]
     grad = device == "cuda"
     with torch.set_grad_enabled(grad):
-        a = P.shared_prompt_logprobs(dense, ss, 1.0, device)
-        b = P.shared_prompt_logprobs(flex, ss, 1.0, device)
+        a = LP.shared_prompt_logprobs(dense, ss, 1.0, device)
+        b = LP.shared_prompt_logprobs(flex, ss, 1.0, device)
     assert len({tuple(s.prompt_ids) for s in ss}) > 2
     for x, y in zip(a, b):
         torch.testing.assert_close(y, x, atol=1e-5, rtol=0)
@@ -297,9 +298,9 @@ def test_flex_block_mask_rows_equal_dense_mask_rows(tiny_dir, device):
         sum((y * v).sum() for y, v in zip(b, w)).backward()
         for p, q in zip(dense.parameters(), flex.parameters()):
             torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
-    elif not P.flex_ok(flex, device):  # --attention flex is refused where it cannot train
+    elif not LP.flex_ok(flex, device):  # --attention flex is refused where it cannot train
         with pytest.raises(ValueError, match="flex"):
-            P.set_attention(dense, "flex", device)
+            LP.set_attention(dense, "flex", device)
 
 
 def test_one_mini_batch_takes_old_logprobs_from_the_training_forward(tiny_dir, monkeypatch):
@@ -309,8 +310,8 @@ def test_one_mini_batch_takes_old_logprobs_from_the_training_forward(tiny_dir, m
     ss = make_samples(24)
     live = [s for s in ss if s.advantage != 0.0]
     calls = []
-    real = P.LogProbs.forward
-    monkeypatch.setattr(P.LogProbs, "forward", lambda self, mb, *a: calls.append(len(mb)) or real(self, mb, *a))
+    real = LP.LogProbs.forward
+    monkeypatch.setattr(LP.LogProbs, "forward", lambda self, mb, *a: calls.append(len(mb)) or real(self, mb, *a))
     pol = new_policy(tiny_dir)
     seen = step_grads(pol)
     update(pol, [Sample(**{k: getattr(s, k) for k in s.__dataclass_fields__}) for s in ss], args(grad_clip=1e9))
@@ -318,7 +319,7 @@ def test_one_mini_batch_takes_old_logprobs_from_the_training_forward(tiny_dir, m
     got, = seen
     ref = new_policy(tiny_dir)
     denom = sum(len(s.response_ids) for s in ss)
-    lps = P.shared_prompt_logprobs(ref.model, live, 0.9, "cpu")
+    lps = LP.shared_prompt_logprobs(ref.model, live, 0.9, "cpu")
     (-sum((lp * s.advantage).sum() for lp, s in zip(lps, live)) / denom).backward()
     want = torch.cat([p.grad.flatten() for p in ref.model.parameters()])
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
@@ -335,7 +336,7 @@ def test_truncated_importance_sampling(tiny_dir):
     live = [s for s in ss if s.advantage != 0.0]
     ref = new_policy(tiny_dir)
     with torch.no_grad():
-        trainer = P.shared_prompt_logprobs(ref.model, ss, 0.9, "cpu")
+        trainer = LP.shared_prompt_logprobs(ref.model, ss, 0.9, "cpu")
     for s, lp in zip(ss, trainer):
         s.logprobs = lp.tolist()
 
@@ -361,7 +362,7 @@ def test_truncated_importance_sampling(tiny_dir):
     m2, g2 = grads(2.0, ss)
     ref.model.zero_grad()
     denom = sum(len(s.response_ids) for s in ss)
-    lps = P.shared_prompt_logprobs(ref.model, live, 0.9, "cpu")
+    lps = LP.shared_prompt_logprobs(ref.model, live, 0.9, "cpu")
     wts = lambda n: torch.tensor([2.0 if t % 2 == 0 else math.exp(-0.5) for t in range(n)])
     (-sum((lp * s.advantage * wts(len(lp))).sum() for lp, s in zip(lps, live)) / denom).backward()
     want = torch.cat([p.grad.flatten() for p in ref.model.parameters()])
@@ -382,7 +383,7 @@ def test_block_mask_built_by_rows_equals_torchs():
 
     def visible(b, h, q, kv):
         return (kv <= q) & (doc[q] == doc[kv]) & ((seg[q] == seg[kv]) | (seg[kv] == 0))
-    ours, theirs = P.block_mask(visible, L, "cpu"), create_block_mask(visible, None, None, L, L, device="cpu")
+    ours, theirs = LP.block_mask(visible, L, "cpu"), create_block_mask(visible, None, None, L, L, device="cpu")
     assert torch.equal(ours.to_dense(), theirs.to_dense())
     for name in ("kv_num_blocks", "full_kv_num_blocks", "q_num_blocks", "full_q_num_blocks"):
         assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
@@ -402,7 +403,7 @@ def test_gradients_are_freed_after_the_update(tiny_dir):
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
     pm = P.lora_model(base, ["tool", "planner"], 4, 8, "all-linear", tiny_dir)
-    pols = [P.Policy(n, base, 1e-3, 0.0, 0, 10, peft=pm, net=P.LogProbs(base)) for n in ("tool", "planner")]
+    pols = [P.Policy(n, base, 1e-3, 0.0, 0, 10, peft=pm, net=LP.LogProbs(base)) for n in ("tool", "planner")]
     for pol in pols:
         update(pol, make_samples(12), args())
         assert pol.params and all(p.grad is None for p in pm.parameters())
@@ -437,7 +438,7 @@ def test_bf16_full_fine_tuning_keeps_fp32_master_weights(tiny_dir, fsdp):
     assert all(v.dtype == torch.bfloat16 for _, v in pol.engine_weights(torch.bfloat16))
     if not fsdp:  # the trainer computes in bf16 (autocast), as the engine does: not the fp32 weights' log-probs
         with torch.no_grad():
-            lp, ref = (net(make_samples(4), 1.0, "cpu") for net in (pol.net, P.LogProbs(pol.model)))
+            lp, ref = (net(make_samples(4), 1.0, "cpu") for net in (pol.net, LP.LogProbs(pol.model)))
         assert any((x - y).abs().max() > 1e-3 for x, y in zip(lp, ref))
 
 
@@ -463,8 +464,8 @@ def test_weight_push_is_checked_and_sends_tied_weights_once(tiny_dir, vllm_engin
         ss = [Sample(p, c.ids, c.logprobs, 0.0, (0, 0, "tool"), "tool", "tool", False)
               for p, cs in zip(prompts, outs) for c in cs]
         with torch.no_grad():
-            new = P.response_logprobs(pol.model, ss, 1.0, "cpu")
-            old = P.response_logprobs(new_policy(tiny_dir).model, ss, 1.0, "cpu")
+            new = LP.response_logprobs(pol.model, ss, 1.0, "cpu")
+            old = LP.response_logprobs(new_policy(tiny_dir).model, ss, 1.0, "cpu")
         gap = max((lp - torch.tensor(s.logprobs)).abs().max().item() for lp, s in zip(new, ss))
         moved = max((a - b).abs().max().item() for a, b in zip(new, old))
         assert gap < 1e-3 < moved, (gap, moved)

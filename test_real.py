@@ -16,7 +16,7 @@ import torch
 import envs
 import rollout as R
 import smol
-from policies import response_logprobs
+from logprobs import response_logprobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"

@@ -11,7 +11,7 @@ import torch
 
 import envs
 import rollout as R
-from policies import response_logprobs
+from logprobs import response_logprobs
 
 
 def plan_env(i, **kw):

@@ -125,6 +125,7 @@ def test_three_roles_sample_under_their_own_adapters(tiny_dir, engine, monkeypat
     group is one role's K samples of one prompt, and each sample's engine log-probs are its own role's
     adapter's (the trainer's), not another role's."""
     import torch
+    import logprobs as LP
     import policies as P
     import rollout as R
     from test_lora import lora_policies
@@ -153,7 +154,7 @@ def test_three_roles_sample_under_their_own_adapters(tiny_dir, engine, monkeypat
     def gap(s, name):
         pm.set_adapter(name)
         with torch.no_grad():
-            lp = P.response_logprobs(net, [s], 1.0, "cpu")[0]
+            lp = LP.response_logprobs(net, [s], 1.0, "cpu")[0]
         return (lp - torch.tensor(s.logprobs)).abs().mean().item()
 
     for s in samples:

@@ -65,8 +65,9 @@ def test_two_steps_write_metrics_and_checkpoints(tiny_dir, tmp_path, engine, pol
 @pytest.mark.slow
 def test_parallel_sampling_runs(tiny_dir, tmp_path):
     out = str(tmp_path / "par")
-    run(BASE + ["--model", tiny_dir, "--engine", "hf", "--sampling", "parallel", "--steps", "1", "--out_dir", out,
-                "--env_workers", "4"])
+    p = run(BASE + ["--model", tiny_dir, "--engine", "hf", "--sampling", "parallel", "--steps", "1", "--out_dir", out,
+                    "--env_workers", "4"])
+    assert "WARNING" not in p.stderr  # --device cpu typed: the CPU is what was asked for
     m = metrics(out)[0]
     assert m["groups"] == 2 * 2  # (problem, role) groups
     assert all(k in m for k in REQUIRED), set(REQUIRED) - set(m)  # time/env: the rollout's env stepping
@@ -158,13 +159,25 @@ def test_role_sampling_changes_samples_and_keeps_the_logp_gap(warm_dir, tmp_path
     (["--task", "math", "--data", "offline", "--wall_prob=0.3"], "--wall_prob does not apply to task math"),
     (["--task", "plan_path", "--data", "offline"], "--data does not apply to task plan_path"),
     (["--task", "sudoku", "--boxes", "2"], "--boxes does not apply to task sudoku (an option of sokoban)"),
-    (["--resume"], "--resume: no run in"),  # a run killed before its first checkpoint resumes from step 0
+    (["--resume"], "--resume: no run in"),
+    (["--sleep", "1"], "--sleep 1 needs a GPU, but no CUDA device is visible"),  # (on a machine without CUDA)  # a run killed before its first checkpoint resumes from step 0
 ])
 def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
     p = run(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, check=False)
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_gpu_command_on_a_box_without_cuda_says_it_trains_on_the_cpu(tiny_dir, tmp_path):
+    """The README's GPU commands name no --device: where CUDA does not come up, the run says so loudly
+    (and --sleep 1, GPU only, is refused naming the cause), instead of training on the CPU in silence."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is visible here")
+    flags = [a for a in BASE if a not in ("--device", "cpu")]
+    p = run(flags + ["--model", tiny_dir, "--engine", "hf", "--steps", "1", "--eval_n", "0", "--out_dir", str(tmp_path)])
+    assert "WARNING: no CUDA device is visible" in p.stderr and "on the CPU" in p.stderr, p.stderr[-2000:]
 
 
 def test_options_of_other_tasks_from_a_preset_or_defaults_are_not_refused(tiny_dir):

