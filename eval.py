@@ -202,7 +202,7 @@ def main(argv=None):
     pooled = len(res.get("by_source", ())) > 1
     print(f"  {'pooled' if pooled else 'success':16s} {res['success']:.4f} +- {res['success_se']:.4f} (standard error over "
           f"{args.n} problems{', every benchmark pooled' if pooled else ''})")
-    for k in [f"pass@{args.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith("reward/")]:
+    for k in [f"pass@{args.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith(("reward/", "notes/"))]:
         v = res[k]
         print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")
     if args.json:

@@ -540,9 +540,10 @@ def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, ma
     temperature is 0). With a `seed`, sampling is reproducible and leaves the global generators as they
     were (see seeded); `workers`: threads stepping the envs (linear_rollout). Returns dict(success (pass@1,
     or avg@S) and success_se (its standard error over the n problems), per_problem (each problem's
-    success, the mean of its samples), pass@S, reward/<role>, turns, tokens, examples: the first raw
-    responses of each role, cut ones too). On a data set also `sources` (each problem's benchmark) and
-    `by_source` (see by_source): `success` then POOLS the benchmarks, weighted by their problem counts."""
+    success, the mean of its samples), pass@S, reward/<role>, notes/<name> (Task.note), turns, tokens,
+    examples: the first raw responses of each role, cut ones too). On a data set also `sources` (each
+    problem's benchmark) and `by_source` (see by_source): `success` then POOLS the benchmarks, weighted by
+    their problem counts."""
     envs = [make_env(i) for i in range(n) for _ in range(samples)]
     if not envs:
         return {"success": 0.0, "episodes": 0}
@@ -561,5 +562,10 @@ def evaluate(make_env, n, sampler, temperature=0.0, max_tokens=64, samples=1, ma
     for role in envs[0].roles:
         rs = [s.reward for s in ss if s.role == role]
         out[f"reward/{role}"] = sum(rs) / max(1, len(rs))
+    notes = {}  # Task.note: the share of the times asked that held, over every episode
+    for e in envs:
+        for k, (hits, asked) in getattr(e, "notes", {}).items():
+            notes[k] = [a + b for a, b in zip(notes.get(k, (0, 0)), (hits, asked))]
+    out.update({f"notes/{k}": hits / asked for k, (hits, asked) in sorted(notes.items())})
     out["examples"] = {r: [sampler.tok.decode(s.response_ids) for s in ss if s.role == r][:3] for r in envs[0].roles}
     return out

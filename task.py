@@ -114,6 +114,7 @@ class Task:
         self.max_turns, self.alpha, self.workflow = (self.options[k] for k in ("max_turns", "alpha", "workflow"))
         self.roles = self.ROLES[self.workflow]
         self.turn, self.done, self.success = 0, False, False
+        self.notes = {}  # what a role did, for evaluation reports: name -> [times it held, times asked] (note)
 
     @classmethod
     def resolve(cls, options):
@@ -153,6 +154,12 @@ class Task:
         """After the last role of a turn: the episode ends on `stop` or when the turns run out."""
         self.turn += 1
         self.done = bool(stop) or self.turn >= self.max_turns
+
+    def note(self, name, held):
+        """Count one observation of `name` (e.g. "tester/right"): rollout.evaluate reports the share that held,
+        over every episode (eval.py: notes/<name>), so what each role learned reads beside success."""
+        hits, n = self.notes.get(name, (0, 0))
+        self.notes[name] = [hits + bool(held), n + 1]
 
     def render(self, role):
         raise NotImplementedError

@@ -42,7 +42,10 @@ class Code(Task):
     (0 if it fails it, or if the problem has no reference; -1 for no test), team = the coder's success.
     In training the coder sees (and "done" counts) only the generated tests the reference passes.
     Held out (val/test) the coder's tests stop at the first failure: success is all that is measured there.
-    Single-agent workflow: the coder alone, one program."""
+    Single-agent workflow: the coder alone, one program.
+    Notes (Task.note; eval.py reports them): coder/first_pass (its first program passes), tester/right (a
+    test the reference passes), tester/useful (held out, while the coder's program is wrong: a right test
+    that program fails, i.e. one that catches its bug)."""
     NAME = "code"
     ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
     OPTIONS = {**Task.OPTIONS, **DATA_OPTION,
@@ -103,20 +106,28 @@ class Code(Task):
             # counts the passing prefix); in training every test runs, the local reward needs the count
             rep = D.run_tests(self.program or "", self.task, self.own_tests, first_failure=self.split != "train")
             self.success = rep.total > 0 and rep.passed == rep.total
+            if self.turn == 0:
+                self.note("coder/first_pass", self.success)
             if self.workflow == "single":
                 self.end_turn(True)
             return float(self.success), rep.passed / max(1, rep.total)
         test = parse_test(text, self.task["kind"], self.task.get("entry_point"))
         if test is None:
             local = -1.0
+            if self.split != "train" and not self.success:
+                self.note("tester/useful", False)
         else:
             ref = self.task.get("reference")
             local = float(bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1)
+            if self.split != "train" and not self.success:  # held out (a sandbox run more): does a right test
+                # catch the coder's wrong program? (training skips it: a cost per branch, not a reward)
+                self.note("tester/useful", local == 1.0 and D.run_tests(self.program or "", self.task, [test]).passed == 0)
             # In training only tests the reference passes reach the coder's feedback and "done": a wrong
             # test would show a correct program "failures" and block "done". On val/test the episode runs
             # as deployed, where no reference exists: consulting it would leak the answer into the score.
             if local == 1.0 or self.split != "train":
                 self.tests.append(test)
+        self.note("tester/right", local == 1.0)  # a test the reference passes (no test: not right)
         rep = D.run_tests(self.program or "", self.task, self.tests) if self.tests else None
         self.failures = rep.failures if rep else []
         self.end_turn(rep is not None and rep.passed == rep.total)
@@ -134,5 +145,5 @@ class Code(Task):
 
     def clone(self):
         c = copy.copy(self)
-        c.tests, c.failures = list(self.tests), list(self.failures)
+        c.tests, c.failures, c.notes = list(self.tests), list(self.failures), {k: list(v) for k, v in self.notes.items()}
         return c

@@ -680,3 +680,32 @@ def test_funcs_every_problem_needs_its_templates_step_and_templates_weigh_alike(
     for split in ("train", "val", "test"):
         counts = collections.Counter(p["entry_point"] for p in funcs.problems(split))
         assert max(counts.values()) <= 2 * len(funcs.problems(split)) / len(counts), (split, counts)  # of its templates
+
+
+def test_code_notes_say_what_each_role_did_held_out():
+    """Task.note on code: the coder's first program passing, a tester's test being right (the reference
+    passes it), and useful (held out, while the coder's program is wrong, a right test that program fails).
+    rollout.evaluate reports their shares as notes/<name>."""
+    import funcs
+    p = funcs.problems("test")[0]
+    ep = p["entry_point"]
+    right = p["tests"][0]                               # the problem's own assert: right
+    wrong = right.rsplit("==", 1)[0] + "== 'nope'"      # the same call, a wrong expected value
+    bad = f"```python\ndef {ep}(*a):\n    return 'nope'\n```"   # passes `wrong` only
+    e = envs.make("code", "test", 0, data="funcs", max_turns=3)
+    e.step("coder", bad)
+    e.step("tester", right)      # right, and the wrong program fails it: useful
+    e.step("coder", bad)
+    e.step("tester", wrong)      # not right, so not useful (the wrong program even passes it)
+    e.step("coder", bad)
+    e.step("tester", "no test here")  # no test: neither
+    assert e.notes == {"coder/first_pass": [0, 1], "tester/right": [1, 3], "tester/useful": [1, 3]}
+    c = envs.make("code", "test", 0, data="funcs")
+    c.step("coder", f"```python\n{p['reference']}\n```")
+    assert c.notes == {"coder/first_pass": [1, 1]}
+    c.step("tester", right)  # the program is right: nothing to catch, so useful is not asked
+    assert c.notes == {"coder/first_pass": [1, 1], "tester/right": [1, 1]}
+    k = c.clone()
+    k.note("tester/right", False)
+    assert c.notes["tester/right"] == [1, 1]  # a branch's notes are its own
+

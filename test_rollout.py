@@ -309,3 +309,20 @@ def test_role_sampling_overrides_reach_the_engine_and_the_samples(tok):
     samples, _ = R.tree_rollout(problems, sampler, 3, 1.0, 9, random.Random(0))
     assert eng.settings == [(0.6, 9), (1.7, 5)]  # one call per role; tool keeps the caller's max_tokens
     assert {(s.role, s.temperature) for s in samples} == {("tool", 0.6), ("planner", 1.7)}
+
+
+def test_evaluate_reports_each_notes_share_over_every_episode(tok):
+    """Task.note counts (times it held, times asked) per episode; evaluate reports held / asked over all
+    episodes (not a mean of per-episode shares), and names no note a task never made."""
+    class Noted(type(plan_env(0))):
+        def act(self, role, text):
+            if role == "planner":  # asked once per planner turn
+                self.note("planner/said_u", text.startswith("U"))
+            return super().act(role, text)
+    sampler = R.Sampler(Scripted(tok, ["U", "x", "D"]), tok, lambda r: "shared", lambda n: {})
+    envs_ = [Noted("test", i, size=5, max_turns=2, tool_mode="direct") for i in range(3)]
+    r = R.evaluate(lambda i: envs_[i], 3, sampler, 0.0, 8)
+    held = sum(e.notes["planner/said_u"][0] for e in envs_ if "planner/said_u" in e.notes)
+    asked = sum(e.notes["planner/said_u"][1] for e in envs_ if "planner/said_u" in e.notes)
+    assert asked >= 3 and r["notes/planner/said_u"] == held / asked
+    assert not [k for k in R.evaluate(plan_env, 2, sampler, 0.0, 8) if k.startswith("notes/")]
