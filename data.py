@@ -538,7 +538,8 @@ def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
                    f"no verdict (exit status {r.returncode}: {_short(_last_line(r.stderr), 80)[1:-1]})")
         return ok, (what + (f"timed out ({timeout:g} s of CPU, or stalled)" if r.timed_out else why))[:200]
 
-    # a program that blocked (its run stalled) is not run on later tests: each would hold a slot ~timeout s
+    # a program that blocked or made almost no progress (its run stalled: busy < sandbox.STALL of `timeout` s)
+    # is not run on later tests: each would hold a slot ~timeout s
     stop = lambda i, r: r.stalled or first_failure and not verdict(tests[i], r)[0]
     results = sandbox.run_many(jobs, timeout=timeout, stop=stop, out_bytes=out_bytes)
     passed, failures = 0, []
