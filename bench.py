@@ -8,6 +8,7 @@ are noisy; compare within a run, not across runs).
     python bench.py --sections mas       # a step's time split by agents, turns and K (~4 minutes)
     python bench.py --sections scale     # the update at the paper's shapes (scale.py; --device cuda on a GPU)
     python bench.py --sections soak --soak_steps 500   # a long run's resources, sampled as it goes (~30 min)
+    python bench.py --sections real      # where --preset cpu-real's time goes, vs a bf16 matmul (~10 min)
 
 1. Sandbox: runs/s of the worker pool and of one bubblewrap namespace per run, each as a ratio to bare
    `python -I -c` subprocesses, for print(1) and a 50 ms CPU-bound program (--sandbox_before: an older
@@ -35,6 +36,9 @@ are noisy; compare within a run, not across runs).
    task's sandboxed tool) sampled from outside every --soak_every steps: resident memory of the trainer
    and of its child processes, open file descriptors, threads, child processes, new entries in the temp
    dir; then each one's growth per 100 steps over the second half of the run (the first half warms up).
+10. Real: --preset cpu-real itself for 2 steps, split into start-up, each evaluation, rollout, update and
+   sync; the rollout's and the update's model FLOP/s against a bf16 matmul of the same run; the update
+   with every sample's old log-probs in a separate pass (before) vs the later mini-batches' live ones only.
 """
 import argparse
 import os
@@ -162,8 +166,8 @@ def main():
     ap.add_argument("--prompts", type=int, default=32, help="prompts per rollout batch")
     ap.add_argument("--K", type=int, default=None, help="completions per prompt (default 16; scale: 8)")
     ap.add_argument("--max_tokens", type=int, default=64, help="tokens per completion (no EOS stop)")
-    ap.add_argument("--sections", nargs="+", default=SECTIONS[:-4], choices=SECTIONS,
-                    help="what to measure (default: all but dtype, mas, scale and soak)")
+    ap.add_argument("--sections", nargs="+", default=SECTIONS[:-5], choices=SECTIONS,
+                    help="what to measure (default: all but dtype, mas, scale, soak and real)")
     ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
     ap.add_argument("--sandbox_before", default=None, help="also measure the pool of this sandbox.py (an older "
                     "version: git show REV:sandbox.py > FILE) in the same run")
@@ -218,9 +222,11 @@ def main():
         scale.bench(a)
     if "soak" in a.sections:
         bench_soak(a)
+    if "real" in a.sections:
+        bench_real(a)
 
 
-SECTIONS = ["sandbox", "env", "engine", "update", "lora", "dtype", "mas", "scale", "soak"]
+SECTIONS = ["sandbox", "env", "engine", "update", "lora", "dtype", "mas", "scale", "soak", "real"]
 
 
 def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
@@ -508,3 +514,67 @@ def bench_soak(a):
 
 if __name__ == "__main__":
     main()
+
+
+def bench_real(a, steps=2, eval_n=20, groups_=16, K=4, prompt_len=250, response=100):
+    """--preset cpu-real's time (SmolLM2-135M coder + tester, bf16): the preset run for `steps` steps with
+    eval_n held-out problems before and after, split by its own logs; model FLOPs (2 x parameters per
+    token forward, 6 with backward; prompts of a group once) per second against a 2048^3 bf16 matmul of
+    this run; and policies.update at the preset's shape (groups_ groups of K, half of them zero-advantage
+    as in the preset's steps, 2 mini-batches) with old_pass (every sample, before) and without (after)."""
+    import json
+    import subprocess
+    import sys
+    import policies as P
+    from rollout import Sample
+    from transformers import AutoModelForCausalLM
+    here, out = os.path.dirname(os.path.abspath(__file__)), os.path.join(tempfile.mkdtemp(), "run")
+    x = torch.randn(2048, 2048, dtype=torch.bfloat16)
+    x @ x
+    t = time.time()
+    for _ in range(5):
+        x @ x
+    peak = 5 * 2 * 2048 ** 3 / (time.time() - t)
+    print(f"real: bf16 matmul 2048^3: {peak / 1e9:.0f} GFLOP/s", flush=True)
+    t = time.time()
+    subprocess.run([sys.executable, "train.py", "--preset", "cpu-real", "--steps", str(steps), "--eval_n", str(eval_n),
+                    "--eval_every", "0", "--save_every", "0", "--out_dir", out], cwd=here, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.time() - t
+    ms = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    ev = json.load(open(os.path.join(out, "summary.json")))["eval"]
+    parts = {k: sum(m[f"time/{k}"] for m in ms) for k in ("rollout", "update", "sync")}
+    evals = {w: ev[w]["wall_s"] for w in ("before", "after")}
+    start = wall - sum(parts.values()) - sum(evals.values())
+    print(f"real: {steps} steps + 2 evaluations of {eval_n} in {wall:.0f} s: start-up (process, model, engine) {start:.0f} s, "
+          f"eval before {evals['before']:.0f} s ({ev['before']['tokens']} tokens), after {evals['after']:.0f} s; per step: "
+          + ", ".join(f"{k} {v / steps:.1f} s" for k, v in parts.items()), flush=True)
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(here, "smollm2-135m"), dtype=torch.float32)
+    n = sum(p.numel() for p in model.parameters())
+    gen = sum(m["tokens"] for m in ms)
+    print(f"real: rollout {gen / parts['rollout']:.0f} generated tok/s = {2 * n * gen / parts['rollout'] / 1e9:.0f} "
+          f"GFLOP/s ({2 * n * gen / parts['rollout'] / peak:.0%} of the matmul)", flush=True)
+    g = random.Random(0)
+    ss = []
+    for k in range(groups_):
+        p = [g.randrange(100, 20000) for _ in range(prompt_len)]
+        rs = [1.0, 0.0, 0.0, 1.0] if k % 2 else [0.0] * K  # half the groups carry no signal
+        for r in rs:
+            ss.append(Sample(p, [g.randrange(100, 20000) for _ in range(response)], [], r, (k, 0, "x"), "x", "x", False))
+            ss[-1].advantage = r - sum(rs) / K
+    fwd = groups_ * prompt_len + sum(len(s.response_ids) for s in ss)
+    live = groups_ // 2 * (prompt_len + K * response)
+    took = {}
+    for variant in ("before", "after", "before", "after"):  # alternated: the machine's load drifts
+        pol = P.Policy("x", model, 1e-6, 0.0, 0, 10, bf16=True)
+        for s in ss:
+            s.extra.clear()
+        t = time.time()
+        P.update(pol, ss, "cpu", random.Random(0), __import__("loss").ppo_clip, 0.7, 4096, 2, 1.0,
+                 old_pass=variant == "before")
+        took.setdefault(variant, []).append(time.time() - t)
+    for variant, ts in took.items():
+        flops = 6 * n * live + 2 * n * (fwd if variant == "before" else live / 2)  # the separate pass's share
+        print(f"real: update {variant:6s} {min(ts):5.1f} s = {flops / min(ts) / 1e9:.0f} GFLOP/s "
+              f"({flops / min(ts) / peak:.0%} of the matmul)", flush=True)
+    print(f"real: update after/before speed-up {min(took['before']) / min(took['after']):.2f}x")

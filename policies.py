@@ -252,11 +252,11 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     (ref_logprobs) and no sample is skipped. Every rank must call it for every
     policy, in the same order, even with no samples.
 
-    Old log-probs: with one mini-batch nothing has moved the weights before the training forward, so
-    they ARE its log-probs, detached (as TRL does); a separate no-grad pass runs only with several
-    mini-batches, where later ones must see the weights of before the first step. logp_gap (sampler vs
+    Old log-probs: nothing has moved the weights before the first mini-batch's training forward, so its
+    old log-probs ARE that forward's, detached (as TRL does); a separate no-grad pass before the first step
+    computes only those of the later mini-batches' live samples (they must see the weights of before it). logp_gap (sampler vs
     trainer) is measured on the samples whose log-probs the trainer computes. old_pass=True: the separate
-    pass always (what the trainer did before; bench.py measures what skipping it saves).
+    pass over every sample, zero advantages too (what the trainer did before; bench.py measures the saving).
     tis_cap C > 0: truncated importance sampling for the sampler/trainer mismatch: each token's advantage
     is weighted by min(exp(old_logp - sampler_logp), C) (detached; 1 where the sampler gave no log-probs)."""
     model, net, sharded = policy.model, policy.net, policy.sharded
@@ -268,7 +268,6 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
     tis = [0.0, 0.0, 0.0]  # weight sum, token count, largest uncapped ratio
     trained = [0, 0]  # samples and response tokens that went through a backward (this rank's)
     n_mini = max(1, mini_batches)
-    separate_old = n_mini > 1 or old_pass
     policy.use()
     model.eval()
 
@@ -276,10 +275,24 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
         if s.logprobs and temperature > 0:
             d = (lp.detach().cpu() - torch.tensor(s.logprobs, dtype=torch.float32)).abs().max().item()
             m["logp_gap"] = max(m["logp_gap"], d)
-    # before any optimiser step: the old log-probs (several mini-batches) and the KL reference's
+    # mini-batches of whole groups (a group's samples share a prompt: computed once), shuffled; every
+    # rank runs the same number of optimiser steps, so data-parallel all-reduces always pair up
+    groups = {}
+    for s in samples:
+        groups.setdefault(tuple(s.prompt_ids), []).append(s)
+    groups = list(groups.values())
+    rng.shuffle(groups)
+    minis = [[s for g in groups[k::n_mini] for s in g] for k in range(n_mini)]
+    lives = [[s for s in mini if s.advantage != 0.0 or kl_coef > 0 or not skip_zero_adv] for mini in minis]
+    # before any optimiser step, what later steps need: the old log-probs of the live samples of mini-batches
+    # 2.. (the first one's ARE its training forward's, detached: no step has moved the weights yet), of every
+    # sample with old_pass (what the trainer did before; bench.py measures it), and the KL reference's
+    # (kl_coef > 0: every sample is live; its old log-probs then come from this pass too)
+    separate_old = n_mini > 1 or old_pass
     if separate_old or kl_coef > 0:
+        rows = samples if old_pass or kl_coef > 0 else [s for live in lives[1:] for s in live]
         with torch.no_grad():
-            for mb in lockstep(list(pack(samples, micro_tokens, shares_prompt(model))), sharded):
+            for mb in lockstep(list(pack(rows, micro_tokens, shares_prompt(model))), sharded):
                 if separate_old:
                     for s, lp in zip(mb or [], net(mb or _DUMMY, temperature, device)):
                         s.extra["old_logp"] = lp
@@ -289,19 +302,10 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
                     s.extra["ref_logp"] = ref
     settle(policy)
     model.train()
-    # mini-batches of whole groups (a group's samples share a prompt: computed once), shuffled; every
-    # rank runs the same number of optimiser steps, so data-parallel all-reduces always pair up
-    groups = {}
-    for s in samples:
-        groups.setdefault(tuple(s.prompt_ids), []).append(s)
-    groups = list(groups.values())
-    rng.shuffle(groups)
-    minis = [[s for g in groups[k::n_mini] for s in g] for k in range(n_mini)]
-    for mini in minis:
+    for mini, live in zip(minis, lives):
         denom = all_reduce_(torch.tensor(float(sum(len(s.response_ids) for s in mini)))).item()
         if denom == 0:  # no tokens for this policy on any rank: nothing to learn, no step
             continue
-        live = [s for s in mini if s.advantage != 0.0 or kl_coef > 0 or not skip_zero_adv]
         trained[0] += len(live)
         trained[1] += sum(len(s.response_ids) for s in live)
         policy.opt.zero_grad(set_to_none=False)
@@ -314,8 +318,8 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
             if mb is None:  # joins the layers' collectives, adds nothing
                 (torch.cat(lps).sum() * 0.0).backward()
                 continue
-            if not separate_old:
-                for s, lp in zip(mb, lps):
+            for s, lp in zip(mb, lps):
+                if "old_logp" not in s.extra:  # the first mini-batch's (see above)
                     s.extra["old_logp"] = lp.detach()
                     gap(s, lp)
             ref = torch.cat([s.extra["ref_logp"] for s in mb]) if "ref_logp" in mb[0].extra else None

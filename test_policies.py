@@ -305,8 +305,7 @@ def test_flex_block_mask_rows_equal_dense_mask_rows(tiny_dir, device):
 
 def test_one_mini_batch_takes_old_logprobs_from_the_training_forward(tiny_dir, monkeypatch):
     """One mini-batch: no separate old-log-prob pass (one forward per micro-batch of live samples), and
-    the gradient is the policy gradient -sum(A * grad logp) / tokens (ratio 1). Two mini-batches keep the
-    pass (later mini-batches need the weights of before the first step)."""
+    the gradient is the policy gradient -sum(A * grad logp) / tokens (ratio 1)."""
     ss = make_samples(24)
     live = [s for s in ss if s.advantage != 0.0]
     calls = []
@@ -323,10 +322,39 @@ def test_one_mini_batch_takes_old_logprobs_from_the_training_forward(tiny_dir, m
     (-sum((lp * s.advantage).sum() for lp, s in zip(lps, live)) / denom).backward()
     want = torch.cat([p.grad.flatten() for p in ref.model.parameters()])
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
-    calls.clear()
-    update(new_policy(tiny_dir), [Sample(**{k: getattr(s, k) for k in s.__dataclass_fields__}) for s in ss],
-           args(mini_batches=2))
-    assert sum(calls) == len(ss) + len(live)  # the separate pass over every sample, then the live ones
+
+
+def test_later_mini_batches_alone_take_old_logprobs_from_a_separate_pass(tiny_dir, monkeypatch):
+    """Several mini-batches: the old log-probs of mini-batch 2.. come from a no-grad pass before the first
+    step, over their live samples only (zero advantages never reach a forward); mini-batch 1's come from its
+    own training forward. Each step's gradient equals the old way's, a pass over every sample first
+    (old_pass=True), to float tolerance: the same update, fewer forwards."""
+    ss = make_samples(24)
+    live = [s for s in ss if s.advantage != 0.0]
+    fresh = lambda: [Sample(**{k: getattr(s, k) for k in s.__dataclass_fields__}) for s in ss]
+    calls = []
+    real = LP.LogProbs.forward
+    monkeypatch.setattr(LP.LogProbs, "forward", lambda self, mb, *a: calls.append(
+        (torch.is_grad_enabled(), sum(s.advantage != 0.0 for s in mb), len(mb))) or real(self, mb, *a))
+    objective = functools.partial(L.ppo_clip, eps_low=0.2, eps_high=0.2)
+    grads = []
+    for old_pass in (True, False):
+        calls.clear()
+        pol = new_policy(tiny_dir)
+        pol.opt.param_groups[0]["lr"] = 1e-9  # steps too small for AdamW to magnify float noise into the weights
+        grads.append(step_grads(pol))  # each optimiser step's gradient
+        P.update(pol, fresh(), "cpu", random.Random(0), objective, 0.9, 100000, 3, 1e9, old_pass=old_pass)
+        passed = [c for c in calls if not c[0]]
+        trained = [c for c in calls if c[0]]
+        assert sum(c[2] for c in trained) == len(live)  # every live sample trained once
+        if old_pass:
+            assert sum(c[2] for c in passed) == len(ss)  # every sample, zero advantages too
+        else:
+            assert all(c[1] == c[2] for c in passed)  # live samples only
+            assert 0 < sum(c[2] for c in passed) < len(live)  # those of mini-batches 2 and 3, not 1's
+    assert len(grads[0]) == len(grads[1]) == 3
+    for before, after in zip(*grads):
+        torch.testing.assert_close(after, before, atol=1e-6, rtol=1e-4)
 
 
 def test_truncated_importance_sampling(tiny_dir):

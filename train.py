@@ -245,8 +245,8 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chose
     once per run). Each rank plays its own slice, on clones of the fresh envs; results are summed over
     ranks: pooled success and, per benchmark, by_source (eval.py's fields). Sampling is seeded on its own
     and leaves the training streams and the engine's prefix cache as they were: a run trains the same
-    with or without evals."""
-    problems = chosen()
+    with or without evals. wall_s: its time (bench.py --sections real)."""
+    t0, problems = time.time(), chosen()
     per = (len(problems) + world - 1) // world
     mine = problems[rank * per:(rank + 1) * per]
     # a role's max_tokens is part of the workflow; its training temperature is not (the protocol's is used)
@@ -276,7 +276,7 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chose
         return {"n": int(n), "success": total / n, "success_se": (var / n) ** 0.5, passk: s[f"{src}\0pass"] / n}
     out = {"success": s["wins"] / max(1.0, s["episodes"]), passk: stats("")[passk] if s["\0n"] else 0.0,
            "success_se": stats("")["success_se"] if s["\0n"] else 0.0,
-           "turns": s["turns"] / max(1.0, s["episodes"]), "tokens": int(s["tokens"])}
+           "turns": s["turns"] / max(1.0, s["episodes"]), "tokens": int(s["tokens"]), "wall_s": round(time.time() - t0, 1)}
     if len(sources) > 1:
         out["by_source"] = {src: stats(src) for src in sources[1:] if s[f"{src}\0n"]}
     return out
