@@ -512,10 +512,6 @@ def bench_soak(a):
     return rows
 
 
-if __name__ == "__main__":
-    main()
-
-
 def bench_real(a, steps=2, eval_n=20, groups_=16, K=4, prompt_len=250, response=100):
     """--preset cpu-real's time (SmolLM2-135M coder + tester, bf16): the preset run for `steps` steps with
     eval_n held-out problems before and after, split by its own logs; model FLOPs (2 x parameters per
@@ -578,3 +574,7 @@ def bench_real(a, steps=2, eval_n=20, groups_=16, K=4, prompt_len=250, response=
         print(f"real: update {variant:6s} {min(ts):5.1f} s = {flops / min(ts) / 1e9:.0f} GFLOP/s "
               f"({flops / min(ts) / peak:.0%} of the matmul)", flush=True)
     print(f"real: update after/before speed-up {min(took['before']) / min(took['after']):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
