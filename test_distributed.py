@@ -15,6 +15,7 @@ an optional 4th argument picks cases, comma-separated), started once per node:
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -229,7 +230,7 @@ def descendants(pid):
     return out[::-1]
 
 
-def two_nodes(args, out, timeout, retry=True):
+def two_nodes(args, out, timeout, retry=True, fresh=lambda: None):
     """Two torchrun launchers ("nodes" 0 and 1 on localhost, one process each) meeting through torchrun's
     c10d rendezvous; node ranks are assigned by the rendezvous. Fails (and kills both launchers and their
     workers) when one fails or both are not done within timeout. Returns the launchers' pids."""
@@ -265,9 +266,13 @@ def two_nodes(args, out, timeout, retry=True):
             tails.append(f"--- launcher {i} (rc {procs[i].returncode}):\n{log.read()[-6000:]}")
             log.close()
     if failure is not None and retry and any("(SIGABRT)" in t for t in tails):
-        # once, on a fresh CI machine, a worker died of SIGABRT inside gloo (never reproduced in 8 reruns
-        # nor under load); a second abort fails, and the first one's log stays visible as a warning
+        # seen twice on fresh CI clones, never in reruns here (6 + 8): rank 1 of train.py aborted at exit,
+        # after its last collective, with "terminate called without an active exception" (a C++ thread
+        # still joinable at teardown) while rank 0 was finishing. train.py now meets at a barrier before
+        # destroying its process group. Until that is shown enough, one retry from a fresh start (`fresh`:
+        # the run's directory removed), the first log kept as a warning; a second abort fails
         warnings.warn("two torchrun launchers: a worker aborted (SIGABRT); retrying once\n" + "\n".join(tails))
+        fresh()
         return two_nodes(args, out, timeout, retry=False)
     assert failure is None, f"two torchrun launchers: {failure}\n" + "\n".join(tails)
     return [p.pid for p in procs]
@@ -296,7 +301,7 @@ def test_two_nodes_through_c10d_rendezvous(tiny_dir, tmp_path):
     run = str(tmp_path / "run")
     two_nodes([os.path.join(HERE, "train.py"), *BASE, *CHANGE, "--model", tiny_dir, "--engine", "hf",
                "--policies", "per-role", "--temperature", "1.5", "--out_dir", run, "--save_every", "1"],
-              str(tmp_path), timeout=240)
+              str(tmp_path), timeout=240, fresh=lambda: shutil.rmtree(run, ignore_errors=True))
     assert [m["step"] for m in metrics(run)] == [1, 2]
     ck = os.path.join(run, open(os.path.join(run, "latest")).read().strip())
     assert sorted(os.listdir(ck)) == ["planner", "tool", "trainer-rank0.pt", "trainer-rank1.pt"]

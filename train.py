@@ -41,8 +41,8 @@ import rollout
 import smol
 import tiny
 import track
-from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, die, init_distributed,
-                    kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args, problem_count,
+from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, barrier, die,
+                    init_distributed, kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args, problem_count,
                     rng_states, save_checkpoint, set_rng_states, task_roles, trim_metrics, write_json)
 
 
@@ -590,6 +590,7 @@ def main(argv=None):
     # ---- evaluation after training, summary
     finish(args, summary, run_eval, proto, t_start, master, tracker, log)
     if launched and args.engine != "vllm":  # vLLM's exit hook tears the process groups down itself
+        barrier()  # together: a rank's teardown beside one still finishing aborted once in gloo (test_distributed)
         torch.distributed.destroy_process_group()
     return summary
 
