@@ -521,6 +521,7 @@ def bench_real(a, steps=2, eval_n=20, groups_=16, K=4, prompt_len=250, response=
     import json
     import subprocess
     import sys
+    import loss
     import policies as P
     from rollout import Sample
     from transformers import AutoModelForCausalLM
@@ -566,7 +567,7 @@ def bench_real(a, steps=2, eval_n=20, groups_=16, K=4, prompt_len=250, response=
         for s in ss:
             s.extra.clear()
         t = time.time()
-        P.update(pol, ss, "cpu", random.Random(0), __import__("loss").ppo_clip, 0.7, 4096, 2, 1.0,
+        P.update(pol, ss, "cpu", random.Random(0), loss.ppo_clip, 0.7, 4096, 2, 1.0,
                  old_pass=variant == "before")
         took.setdefault(variant, []).append(time.time() - t)
     for variant, ts in took.items():

@@ -114,20 +114,18 @@ class Code(Task):
         test = parse_test(text, self.task["kind"], self.task.get("entry_point"))
         if test is None:
             local = -1.0
-            if self.split != "train" and not self.success:
-                self.note("tester/useful", False)
         else:
             ref = self.task.get("reference")
             local = float(bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1)
-            if self.split != "train" and not self.success:  # held out (a sandbox run more): does a right test
-                # catch the coder's wrong program? (training skips it: a cost per branch, not a reward)
-                self.note("tester/useful", local == 1.0 and D.run_tests(self.program or "", self.task, [test]).passed == 0)
             # In training only tests the reference passes reach the coder's feedback and "done": a wrong
             # test would show a correct program "failures" and block "done". On val/test the episode runs
             # as deployed, where no reference exists: consulting it would leak the answer into the score.
             if local == 1.0 or self.split != "train":
                 self.tests.append(test)
         self.note("tester/right", local == 1.0)  # a test the reference passes (no test: not right)
+        if self.split != "train" and not self.success:  # held out (a sandbox run more): does a right test
+            # catch the coder's wrong program? (training skips it: a cost per branch, not a reward)
+            self.note("tester/useful", local == 1.0 and D.run_tests(self.program or "", self.task, [test]).passed == 0)
         rep = D.run_tests(self.program or "", self.task, self.tests) if self.tests else None
         self.failures = rep.failures if rep else []
         self.end_turn(rep is not None and rep.passed == rep.total)
