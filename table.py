@@ -6,6 +6,7 @@ several seeds, with every claim of the paper as a paired difference, its 95% int
     python table.py --rows shared,per-role --seeds 5   # one comparison (per-role vs shared) over 5 seeds
     python table.py --preset cpu-demo-math3 --rows per-role,mas3,mas3-shared   # two agents vs three (a checker)
     python table.py --steps 20 --eval_n 50 --seeds 1 --out_dir runs/table-quick  # a quick look: no verdicts
+    python table.py --preset cpu-real        # the real model (SmolLM2-135M, funcs): ~2.5 h a seed alone
     python -m pytest -q test_table.py test_stats.py
 
 Rows (--rows KEY,KEY; the paper's five, then two ablations), all from the same warm-started tiny model,
@@ -60,7 +61,12 @@ would run with now (or a torn one, or one without per-problem outcomes) is made 
 kept aside as .stale-TIME). A piece that fails stops its seed, not the table: the other seeds go on, the
 table exits 1 naming the failed seeds, and the same command resumes them (a training from its last
 checkpoint); intervals are never printed with a seed missing.
-The step budget (60) is what fits the 30-minute bar for one seed: the parallel-sampling ablation costs
+--preset cpu-real (issue 38) runs its own preset's budget (24 steps, the 155 test problems) from the real
+model, with the rows single, equal-budget (the coder alone, as many samples per step), mas, shared, per-role
+and swapped; each benchmark of the split (funcs-seen: new constants of trained templates, funcs-unseen:
+templates never trained on) also gets its own rows, claims and verdicts, and a last table says what each
+role did (the code task's notes: the coder's first program passes, the tester's test is right, and catches
+the coder's wrong program). The demos' step budget (60) is what fits the 30-minute bar for one seed: the parallel-sampling ablation costs
 ~2.5x a tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
 """
 import argparse
@@ -74,12 +80,18 @@ import time
 
 import envs
 import rollout
+import smol
 import stats
 import tiny
 from common import PRESETS, Parser, die, latest_checkpoint, make_env, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = {"cpu-demo": "runs/table", "cpu-demo-math": "runs/table-math", "cpu-demo-math3": "runs/table-math3"}  # presets
+OUT = {"cpu-demo": "runs/table", "cpu-demo-math": "runs/table-math", "cpu-demo-math3": "runs/table-math3",
+       "cpu-real": "runs/table-real"}  # presets
+# the real model's table (issue 38): its preset's own budget and test split, the single agent at equal samples
+# per step (K 16: 8 problems x 16 one-turn programs = 8 x 4 x 2 turns x 2 roles), checkpoints often enough
+# that a 40-minute training cut short loses little
+REAL = {"rows": "single,equal-budget,mas,shared,per-role,swapped", "save_every": 8}
 # (key, row, training flags; or None: untrained; or the key of the trained row whose models are swapped, eval flags)
 ROWS = [
     ("single", "single agent", None, ["--workflow", "single"]),
@@ -117,10 +129,11 @@ THREE = [
 # its model never learnt the row's roles
 NOT_FOR = {
     **{(p, k): why for k, _, _, _ in THREE for p, why in [
-        ("cpu-demo", "plan_path has no third agent"),
+        ("cpu-demo", "plan_path has no third agent"), ("cpu-real", "code has no third agent"),
         ("cpu-demo-math", "its warm-up has no checker transcripts (the checker would never say a verdict word); "
                           "--preset cpu-demo-math3")]},
     ("cpu-demo-math", "multi-turn-single"): "math's single workflow ends at the reasoner's first answer, whatever --max_turns",
+    ("cpu-real", "multi-turn-single"): "code's single workflow ends at the coder's first program, whatever --max_turns",
     ("cpu-demo-math", "agent-norm"): "one turn: AT-GRPO's (problem, turn, role) groups already hold one agent's responses "
                                      "each, so agent-wise normalisation trains exactly as per-role",
 }
@@ -137,6 +150,7 @@ CLAIMS = [
 ]
 CONTROL_CLAIMS = [
     ("per-role vs single agent + GRPO at equal samples per step", "per-role", "equal-budget"),
+    ("shared vs single agent + GRPO at equal samples per step", "shared", "equal-budget"),
     ("more agents or more turns: per-role vs one agent with as many turns", "per-role", "multi-turn-single"),
     ("dense vs sparse reward (per-role)", "per-role", "sparse"),
     ("greedy vs random branch (per-role)", "per-role", "random-branch"),
@@ -184,7 +198,7 @@ def check_tiny(a, settings):
     version, task, warm-up steps, the preset's size and turns, the first seed, which the first training
     builds it with); else a warm-up from an older tiny.py is reused silently. A missing one is built by
     the first training (train.py --model tiny)."""
-    if os.path.isdir(a.tiny_dir):
+    if settings["model"] == "tiny" and os.path.isdir(a.tiny_dir):
         try:
             tiny.ensure(a.tiny_dir, argparse.Namespace(**{**settings, "seed": a.seed}))
         except ValueError as e:
@@ -273,6 +287,17 @@ def grad_norms(metrics_path):
     return out
 
 
+def base_model(a, settings, train):
+    """The --model every row starts from: the preset's real model (--model smollm2: train.py resolves it,
+    eval.py is given its directory, which it records) or the demo's tiny one (the first training builds a
+    missing one, train.py --model tiny; the others start from it)."""
+    if settings["model"] == "smollm2":
+        return ["--model", "smollm2" if train else smol.DIR]
+    if train and not os.path.isdir(a.tiny_dir):
+        return ["--model", "tiny", "--tiny_dir", a.tiny_dir]
+    return ["--model", a.tiny_dir]
+
+
 def one_seed(a, seed, keys, settings, demo):
     """Train (unless its final checkpoint exists) and evaluate (unless its JSON is current) the rows `keys`
     with one seed, in OUT/seed-S; each piece its own process. Returns {key: eval.py's JSON}, the floor
@@ -290,10 +315,11 @@ def one_seed(a, seed, keys, settings, demo):
         write_json(code_path, code)
     log, py, preset = os.path.join(s.out_dir, "log.txt"), sys.executable, a.preset
     common = ["--preset", preset, "--seed", str(seed)]
-    train_flags = ["--steps", str(a.steps), "--save_every", "25", "--keep_ckpts", "1", "--eval_n", "0"]
+    save = REAL["save_every"] if settings["model"] == "smollm2" else 25
+    train_flags = ["--steps", str(a.steps), "--save_every", str(save), "--keep_ckpts", "1", "--eval_n", "0"]
     rows = [r for r in ALL_ROWS if r[0] in keys]
     first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
-    if not os.path.isdir(a.tiny_dir) and any("--max_turns" in r[2] for r in rows if isinstance(r[2], list)):
+    if settings["model"] == "tiny" and not os.path.isdir(a.tiny_dir) and any("--max_turns" in r[2] for r in rows if isinstance(r[2], list)):
         # a missing demo model is built by the first training, from ITS turns: build it from the preset's here
         tiny.ensure(a.tiny_dir, argparse.Namespace(**{**settings, "seed": a.seed}))
     for key, name, tflags, _ in ALL_ROWS:  # train (a swapped row's source too), one process each
@@ -303,8 +329,7 @@ def one_seed(a, seed, keys, settings, demo):
             if os.path.isdir(run_dir) and latest_checkpoint(run_dir) is None:
                 os.rename(run_dir, f"{run_dir}.partial-{int(time.time())}")  # cut before any checkpoint: kept aside
             resume = ["--resume"] if os.path.isdir(run_dir) else []
-            # the first run builds a missing demo model (train.py --model tiny); the others start from it
-            model = ["--model", a.tiny_dir] if os.path.isdir(a.tiny_dir) else ["--model", "tiny", "--tiny_dir", a.tiny_dir]
+            model = base_model(a, settings, train=True)
             made_by(f"train {slug(name)}", resume=bool(resume))
             tflags = [f.format(first=first, second=second) for f in tflags]  # a control's roles: this preset's
             sh([py, "train.py", *common, *train_flags, *model, *tflags, "--out_dir", run_dir, *resume], log)
@@ -316,7 +341,7 @@ def one_seed(a, seed, keys, settings, demo):
         elif isinstance(tflags, str):  # swap the roles of a trained per-role run
             model, eflags = ["--model", ck, "--role_model", f"{first}={ck}/{second}", "--role_model", f"{second}={ck}/{first}"], []
         else:
-            model = ["--model", a.tiny_dir]
+            model = base_model(a, settings, train=False)
         path = os.path.join(s.out_dir, f"eval-{slug(name)}.json")
         if os.path.exists(path) and not eval_is_current(path, preset, settings, seed, a.eval_n, model + eflags):
             print(f"{path}: made with other settings (or unreadable): evaluating again", flush=True)
@@ -330,7 +355,9 @@ def one_seed(a, seed, keys, settings, demo):
             out[key]["grads"] = grad_norms(os.path.join(s.out_dir, slug(name), "metrics.jsonl"))
         print(f"seed {seed}  {name:40s} {100 * out[key]['success']:5.1f}%", flush=True)
     # the floor: every role answers uniformly at random, on the same test problems
-    out["floor"] = envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
+    # (a task with no random answer, code, has no floor: a random string is no program)
+    out["floor"] = (envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
+                    if hasattr(make_env(demo, "test", 0), "random_answer") else None)
     out["code"] = {}
     for key, name, tflags, _ in rows:
         trained = NAME[tflags] if isinstance(tflags, str) else name if tflags else None  # a swapped row: its source's
@@ -339,16 +366,30 @@ def one_seed(a, seed, keys, settings, demo):
     return out
 
 
-def summarize(keys, per_seed):
+def benchmarks(keys, per_seed):
+    """The benchmarks every evaluation of the table reports apart (eval.py's `sources`, e.g. funcs-seen and
+    funcs-unseen), in order; [] when there is one, or an evaluation lacks them."""
+    evs = [per_seed[s][k] for s in per_seed for k in keys]
+    if not all(e.get("sources") for e in evs):
+        return []
+    names = list(dict.fromkeys(evs[0]["sources"]))
+    return names if len(names) > 1 else []
+
+
+def summarize(keys, per_seed, source=None):
     """Rows (mean over seeds and problems, 95% interval, each seed's success) and claims (paired A - B,
     interval, verdict) from {seed: one_seed's result}. With one seed the intervals cover the test problems
-    only, and a claim has no verdict (None): another seed moves a row by more than such an interval."""
+    only, and a claim has no verdict (None): another seed moves a row by more than such an interval.
+    source: only the problems of that benchmark (eval.py's `sources`); the floor row is then left out.
+    Each row also carries the mean over seeds of its evaluations' reward/<role> and notes/<name> (what
+    each role did: Task.note; pooled over the benchmarks)."""
     seeds = sorted(per_seed)
     mean = lambda xs: sum(xs) / len(xs)
     floor = [per_seed[s]["floor"] for s in seeds]
-    rows = [{"row": "uniformly random answers (floor)", "key": "floor", "success": mean([f["success"] for f in floor]),
-             "turns": mean([f["turns"] for f in floor]), "per_seed": [f["success"] for f in floor]}]
-    matrix = {k: [per_seed[s][k]["per_problem"] for s in seeds] for k in keys}
+    rows = [] if source or None in floor else [{"row": "uniformly random answers (floor)", "key": "floor", "success": mean(
+        [f["success"] for f in floor]), "turns": mean([f["turns"] for f in floor]), "per_seed": [f["success"] for f in floor]}]
+    pick = lambda e: [x for x, b in zip(e["per_problem"], e["sources"]) if b == source] if source else e["per_problem"]
+    matrix = {k: [pick(per_seed[s][k]) for s in seeds] for k in keys}
     for key in keys:
         m, lo, hi = stats.bootstrap(matrix[key])
         rs = [per_seed[s][key] for s in seeds]
@@ -357,9 +398,10 @@ def summarize(keys, per_seed):
         grads = {p: tuple(mean([g[p][i] for g in grads]) for i in (0, 1)) for p in grads[0]
                  if all(p in g for g in grads)} if len(grads) == len(rs) else {}
         rows.append({"row": NAME[key], "key": key, "success": m, "low": lo, "high": hi,
-                     "per_seed": [r["success"] for r in rs], "turns": mean([r["turns"] for r in rs]),
+                     "per_seed": [mean(x) for x in matrix[key]], "turns": mean([r["turns"] for r in rs]),
                      **{f"{k}/step": mean([b[k] for b in spent]) for k in BUDGET if spent and all(k in b for b in spent)},
-                     **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith("reward/")},
+                     **{k: mean([r[k] for r in rs]) for k in rs[0] if k.startswith(("reward/", "notes/"))
+                        and all(k in r for r in rs)},
                      **({"grad_norm": grads} if grads else {})})
     claims = []
     for claim, x, y in CLAIMS + CONTROL_CLAIMS + THREE_CLAIMS:
@@ -396,6 +438,19 @@ def markdown(rows, claims):
     return "\n".join(lines)
 
 
+def notes_markdown(rows):
+    """What each role did, per row (Task.note shares, mean over seeds; e.g. code: the coder's first program
+    passes, the tester's test is right, and catches the coder's wrong program); '' when no row has any."""
+    names = sorted({k for r in rows for k in r if k.startswith("notes/")})
+    if not names:
+        return ""
+    lines = ["| method | " + " | ".join(k[len("notes/"):] for k in names) + " |", "|---|" + "---|" * len(names)]
+    for r in rows:
+        if any(k in r for k in names):
+            lines.append(f"| {r['row']} | " + " | ".join(f"{100 * r[k]:.1f}%" if k in r else "-" for k in names) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = Parser(description="The paper's table in miniature (CPU demo), over seeds. See the docstring.")
     ap.add_argument("--preset", default="cpu-demo", choices=tuple(OUT),
@@ -404,8 +459,10 @@ def main(argv=None):
     ap.add_argument("--rows", default=None, help=f"comma-separated row keys: the paper's {', '.join(PAPER)} (the default), "
                                               f"the controls {', '.join(k for k, _, _, _ in CONTROLS)}, and three "
                                               f"agents {', '.join(k for k, _, _, _ in THREE)} (--preset cpu-demo-math3)")
-    ap.add_argument("--steps", type=int, default=60, help="training steps of every trained row")
-    ap.add_argument("--eval_n", type=int, default=200, help="held-out test problems per row")
+    ap.add_argument("--steps", type=int, default=None, help="training steps of every trained row (default 60; "
+                                                          "--preset cpu-real: its own, 24)")
+    ap.add_argument("--eval_n", type=int, default=None, help="held-out test problems per row (default 200; --preset "
+                                                           "cpu-real: its whole test split, 155)")
     ap.add_argument("--seed", type=int, default=0, help="the first seed")
     ap.add_argument("--seeds", type=int, default=3, help="how many seeds (--seed, --seed+1, ...): every row once per "
                                                       "seed; with 1 the intervals cover the test problems only: no verdicts")
@@ -416,9 +473,12 @@ def main(argv=None):
     ap.add_argument("--tiny_dir", default=None, help="the warm-started demo model (built if absent; default: "
                                                     "the preset's: tiny-model, tiny-model-math, tiny-model-math3)")
     a = ap.parse_args(argv)
+    real = PRESETS[a.preset]["model"] == "smollm2"
+    a.steps = a.steps if a.steps is not None else PRESETS[a.preset]["steps"] if real else 60
+    a.eval_n = a.eval_n if a.eval_n is not None else PRESETS[a.preset]["eval_n"] if real else 200
     if a.steps <= 0 or a.eval_n <= 0 or a.seeds <= 0:
         die("--steps, --eval_n and --seeds must be positive")
-    a.rows = a.rows or ",".join(PAPER)
+    a.rows = a.rows or (REAL["rows"] if real else ",".join(PAPER))
     if unknown := [k for k in a.rows.split(",") if k not in NAME]:
         die(f"--rows: unknown row {', '.join(unknown)}; the rows are {', '.join(NAME)}")
     if cannot := [f"{k} ({NOT_FOR[a.preset, k]})" for k in a.rows.split(",") if (a.preset, k) in NOT_FOR]:
@@ -426,7 +486,12 @@ def main(argv=None):
     keys = [k for k in NAME if k in a.rows.split(",")]  # in the table's order
     preset, settings = a.preset, PRESETS[a.preset]
     a.out_dir = a.out_dir or OUT[preset]
-    a.tiny_dir = a.tiny_dir or settings.get("tiny_dir", "tiny-model")
+    a.tiny_dir = smol.DIR if real else a.tiny_dir or settings.get("tiny_dir", "tiny-model")
+    if real:  # built once here (smol.py, from its PyPI package): the untrained rows' evaluations read it
+        try:
+            smol.ensure(os.path.join(HERE, smol.DIR), log=print)
+        except (RuntimeError, ValueError) as e:
+            die(str(e))
     demo = argparse.Namespace(**settings)  # the preset's task options, picked by the task class as train.py does
     check_tiny(a, settings)
     t0, per_seed, failed = time.time(), {}, []
@@ -451,9 +516,13 @@ def main(argv=None):
             f"{v}: {', '.join(p[:3])}{', ...' if len(p) > 3 else ''}" for v, p in made.items()) +
             "); remake the stale pieces (remove them) or pass --mixed_code to aggregate them anyway")
     rows, claims = summarize(keys, per_seed)
+    by = {}  # each benchmark apart (funcs-seen / funcs-unseen): its own rows, claims and verdicts
+    for b in benchmarks(keys, per_seed):
+        b_rows, b_claims = summarize(keys, per_seed, b)
+        by[b] = {"n": per_seed[min(per_seed)][keys[0]]["sources"].count(b), "rows": b_rows, "claims": b_claims}
     interval = ("95%, two-stage percentile bootstrap over seeds and problems (stats.py)" if len(per_seed) > 1 else
                 "95%, percentile bootstrap over the test problems only (one seed: no verdicts; stats.py)")
-    res = {"rows": rows, "claims": claims, "seeds": sorted(per_seed), "steps": a.steps, "eval_n": a.eval_n,
+    res = {"rows": rows, "claims": claims, "by_benchmark": by, "seeds": sorted(per_seed), "steps": a.steps, "eval_n": a.eval_n,
            "interval": interval, "wall_s": round(time.time() - t0, 1),
            "settings": {**settings, "steps": a.steps, "code": code}}
     with open(os.path.join(a.out_dir, "table.json"), "w") as f:
@@ -463,6 +532,12 @@ def main(argv=None):
           f"{'code ' if len(made) == 1 else 'mixed code (--mixed_code): '}{', '.join(made)}; "
           f"wall {res['wall_s']:.0f} s\n")
     print(markdown(rows, claims))
+    for b, part in by.items():
+        print(f"\n{b} alone ({part['n']} of the {a.eval_n} problems):\n")
+        print(markdown(part["rows"], part["claims"]))
+    if notes := notes_markdown(rows):
+        print("\nwhat each role did (Task.note: the share of the times asked that held, every benchmark):\n")
+        print(notes)
     trained = [(k, n) for k, n, t, _ in ALL_ROWS if k in keys and isinstance(t, list)]
     if trained:
         print("\ncurves, mean and band over seeds:\n    python plot.py " + " ".join(

@@ -363,7 +363,8 @@ def test_control_rows_flags_reach_the_run_and_change_it(tmp_path, monkeypatch):
     rows = {r["key"]: r for r in res["rows"]}
     assert rows["equal-budget"]["samples/step"] == 161 and rows["per-role"]["samples/step"] == 81
     assert rows["sparse"]["tokens/step"] == 7
-    assert {(c["a"], c["b"]) for c in res["claims"]} >= {(a, b) for _, a, b in table.CONTROL_CLAIMS}
+    ran = {"per-role", "single+grpo", *CONTROL_KEYS}
+    assert {(c["a"], c["b"]) for c in res["claims"]} >= {(a, b) for _, a, b in table.CONTROL_CLAIMS if {a, b} <= ran}
     n = len(calls)
     table.main(argv)  # every piece current (the evals' typed flags, --max_turns 4, included): nothing redone
     assert len(calls) == n
@@ -472,3 +473,55 @@ def test_three_agent_rows_train_mas3_from_the_math3_warmup(tmp_path, monkeypatch
     ev = [c for c in calls if "eval.py" in c and "mas3" in c[c.index("--json") + 1]]
     assert len(ev) == 4 and all(c[c.index("--workflow") + 1] == "mas3" for c in ev)
     assert {(c["a"], c["b"]) for c in res["claims"]} == {(a, b) for _, a, b in table.THREE_CLAIMS}
+
+
+def test_real_model_table_rows_benchmarks_and_notes(tmp_path, monkeypatch, capsys):
+    """--preset cpu-real: its own budget (24 steps, the 155 test problems), the real model (built once,
+    --model smollm2 for training, its directory for the untrained rows), the single agent at equal samples
+    per step, rows and claims for each benchmark apart (funcs-seen / funcs-unseen) from known per-problem
+    outcomes, no floor (a random string is no program), and the roles' notes averaged over seeds."""
+    import importlib
+    ev = importlib.import_module("eval")
+    calls, built = [], []
+    monkeypatch.setattr(table, "ROWS", table.ALL_ROWS)  # fake_pieces names a run's row from table.ROWS
+    monkeypatch.setitem(SOLVED, "equal-budget", 3)
+    monkeypatch.setattr(table.smol, "ensure", lambda out, log=print: built.append(out))
+    fake_pieces(monkeypatch, calls)
+    fake = ev.run_eval
+    unseen = lambda i: i % 3 == 2  # every third problem of the split is an unseen template's
+
+    def run_eval(a):  # the known outcomes, each problem's benchmark, and notes that differ by row and seed
+        r = fake(a)
+        r["sources"] = ["funcs-unseen" if unseen(i) else "funcs-seen" for i in range(a.n)]
+        r["notes/tester/right"] = 0.1 * SOLVED[row_of(a)] + 0.01 * a.seed
+        return r
+    monkeypatch.setattr(ev, "run_eval", run_eval)
+    res = table.main(["--preset", "cpu-real", "--seeds", "3", "--out_dir", str(tmp_path / "t")])
+    assert built and built[0].endswith(table.smol.DIR)
+    assert res["steps"] == 24 and res["eval_n"] == 155
+    trains = [c for c in calls if "train.py" in c]
+    assert len(trains) == 3 * 3  # equal-budget, shared, per-role; the swapped row reuses per-role's models
+    assert all(c[c.index("--model") + 1] == "smollm2" and c[c.index("--save_every") + 1] == "8" for c in trains)
+    evals = [c for c in calls if "eval.py" in c]
+    assert {c[c.index("--model") + 1] for c in evals if "/ckpt-" not in c[c.index("--model") + 1]} == {table.smol.DIR}
+    rows = {r["key"]: r for r in res["rows"]}
+    assert list(rows) == ["single", "mas", "shared", "per-role", "swapped", "equal-budget"]  # no floor row
+    seen_n = sum(not unseen(i) for i in range(155))
+    for b, n in (("funcs-seen", seen_n), ("funcs-unseen", 155 - seen_n)):
+        part = res["by_benchmark"][b]
+        assert part["n"] == n
+        brows = {r["key"]: r for r in part["rows"]}
+        for k in rows:
+            solved = [sum(i < SOLVED[k] + (s == 1 and k == "per-role") and unseen(i) == (b == "funcs-unseen")
+                          for i in range(155)) / n for s in range(3)]
+            assert brows[k]["per_seed"] == pytest.approx(solved), (b, k)
+            assert brows[k]["success"] == pytest.approx(sum(solved) / 3), (b, k)
+        claims = {(c["a"], c["b"]): c for c in part["claims"]}
+        assert ("per-role", "equal-budget") in claims and ("shared", "equal-budget") in claims
+        assert all(c["verdict"] is not None for c in claims.values())
+        d = claims[("per-role", "shared")]["diff"]
+        assert d == pytest.approx(brows["per-role"]["success"] - brows["shared"]["success"])
+    assert rows["per-role"]["notes/tester/right"] == pytest.approx(0.1 * 8 + 0.01)  # seeds 0, 1, 2: mean 0.01
+    out = capsys.readouterr().out
+    assert f"funcs-unseen alone ({155 - seen_n} of the 155 problems)" in out and "| tester/right |" in out
+    assert "| MAS + AT-GRPO per-role | 81.0% |" in out
