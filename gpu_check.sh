@@ -43,6 +43,15 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 log() { echo "[gpu_check $(date +%T)] $*"; }
 
+want() { case " ${STEPS:-$1} " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }  # STEPS="task" runs task-*
+# every word of STEPS names a step (or a group: task, tiny, model; none: the report only), else a typo would run
+# nothing and report "all 0 steps ok"
+KNOWN="none fsdp smol engine lora task task-plan_path task-sudoku task-sokoban task-math task-code
+       task-plan_path-runner-v1 shared tiny tiny-lora model model-lora"
+for w in ${STEPS:-}; do
+    case " $(echo $KNOWN) " in *" $w "*) ;; *) echo "gpu_check: error: STEPS: no step named '$w' (the steps: $(echo $KNOWN))"; exit 2 ;; esac
+done
+
 # first, before anything imports torch: vllm==0.32.0's CUDA wheel is a CUDA 13 build (libnvrtc.so.13, torch
 # 2.13.0+cu130), and CUDA 13 needs an NVIDIA driver >= 580 (580.65.06 at 13.0 GA)
 MIN_DRIVER=580
@@ -120,7 +129,6 @@ fi
 # may fail under set -e: hence the `|| true`). Only the steps in $STEPS run when it is set.
 : >"$OUT/steps.tsv"
 SLOW=${SLOW:-$([ "$DEVICE" = cuda ] && echo 1 || echo 6)}
-want() { case " ${STEPS:-$1} " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }  # STEPS="task" runs task-*
 step() {
     local name=$1 secs=$2 engine=$3 t0=$SECONDS rc=0 why used
     shift 3

@@ -181,3 +181,13 @@ def test_each_step_says_its_engine_and_the_model_runner_vllm_used(tmp_path):
                                               ["trainer", "ok", "hf"], ["model", "ok", "-"]], rows
     logs = {r[0]: (tmp_path / "out" / f"{r[0]}.log").read_text() for r in rows}
     assert "runner=1 log=INFO" in logs["v2"] and "runner=0 log=INFO" in logs["v1"], logs
+
+
+def test_a_step_name_that_names_no_step_is_refused_before_any_work(tmp_path):
+    """STEPS="engin" (a typo) ran nothing and reported "all 0 steps ok": a GPU session spent on no check."""
+    for steps in ("engin", "engine lorra", "task-maths"):
+        code, lines = check(tmp_path / steps.replace(" ", "_"), DEVICE="cpu", STEPS=steps)
+        bad = next(w for w in steps.split() if w not in ("engine",))
+        assert code == 2 and len(lines) == 1, (steps, lines)
+        assert lines[0].startswith(f"gpu_check: error: STEPS: no step named '{bad}'") and "engine" in lines[0], lines
+    assert not (tmp_path / "engin" / "out" / "steps.tsv").exists()  # refused before the first step
