@@ -120,53 +120,89 @@ def _hide_sys():
         raise OSError(ctypes.get_errno(), "sandbox: hiding /sys")
 
 
-@lru_cache(maxsize=1)
-def _cgroups():
-    """(this process's cgroup directory on a hierarchy that counts CPU, its version: 2, else v1's cpuacct), or
-    None where a job cannot get a cgroup there: not root (a program running as our uid could write it too),
-    SANDBOX_CGROUP=0, no such hierarchy, or no right to make one (a container's read-only /sys/fs/cgroup).
-    Jobs' cgroups are its children, sbx-<our pid>-<n>; those of a process that died are removed here."""
-    if not (ROOT and CGROUPS):
-        return None
+def _parent(v, ctrl):
+    """This process's cgroup directory on the v2 tree (v=2) or on the v1 hierarchy of controller `ctrl`, or
+    None; the sbx- cgroups there of processes that died (killed mid-job: empty, their jobs died with them) are
+    removed first. Jobs' cgroups are its children, sbx-<our pid>-<n>."""
     try:
         with open("/proc/self/mountinfo") as f:  # (mount id, parent, dev, root, mount point, ...) - (fs type, source, options)
             mounts = [(a.split(), b.split()) for a, b in (line.split(" - ", 1) for line in f)]
         with open("/proc/self/cgroup") as f:  # (id, controllers: "" on v2, path)
-            own = [line.rstrip("\n").split(":", 2) for line in f]
-    except (OSError, ValueError):
+            path = next(p for _, c, p in (line.rstrip("\n").split(":", 2) for line in f)
+                        if (c == "" if v == 2 else ctrl in c.split(",")))
+        root, point = next((a[3].rstrip("/"), a[4]) for a, b in mounts  # the mount shows the tree from `root` down
+                           if b[0] == ("cgroup2" if v == 2 else "cgroup") and (v == 2 or ctrl in b[2].split(","))
+                           and (path.rstrip("/") + "/").startswith(a[3].rstrip("/") + "/"))
+        parent = os.path.join(point, path[len(root):].strip("/")).rstrip("/")
+        for d in os.listdir(parent):
+            n = d.split("-")
+            if len(n) == 3 and n[0] == "sbx" and n[1].isdigit() and not os.path.exists(f"/proc/{n[1]}"):
+                _rmdir(f"{parent}/{d}")
+        return parent
+    except (OSError, ValueError, StopIteration):
         return None
-    for v, fstype, ctrl in ((2, "cgroup2", ""), (1, "cgroup", "cpuacct")):
-        path = next((p for _, c, p in own if (c == ctrl if v == 2 else ctrl in c.split(","))), None)
-        for a, b in mounts:
-            root, point = a[3].rstrip("/"), a[4]  # the mount shows the tree from `root` down
-            if b[0] != fstype or ctrl not in b[2].split(",") + [""] or path is None or \
-                    not (path.rstrip("/") + "/").startswith(root + "/"):
-                continue
-            parent = os.path.join(point, path[len(root):].strip("/")).rstrip("/")
-            try:
-                for d in os.listdir(parent):  # left by a process killed mid-job (empty: its jobs died with it)
-                    n = d.split("-")
-                    if len(n) == 3 and n[0] == "sbx" and n[1].isdigit() and not os.path.exists(f"/proc/{n[1]}"):
-                        _rmdir(f"{parent}/{d}")
-                probe = _Cgroup(parent, v)
-                try:  # a process can join one, and its usage reads
-                    subprocess.run(["true"], preexec_fn=lambda: os.write(probe.procs, b"0"), check=True, timeout=20)
-                    probe.usage()
-                finally:
-                    probe.remove()
-            except (OSError, ValueError, subprocess.SubprocessError):
-                continue
-            return parent, v
-    warnings.warn("sandbox: no cgroup per job here: a job's CPU is summed from /proc, which misses children that "
-                  "live < 50 ms and are reaped without a wait (see docs/sandbox.md)", RuntimeWarning, stacklevel=3)
+
+
+@lru_cache(maxsize=1)
+def _cgroups():
+    """(this process's cgroup directory on a hierarchy that counts CPU, its version: 2, else v1's cpuacct), or
+    None where a job cannot get a cgroup there: not root (a program running as our uid could write it too),
+    SANDBOX_CGROUP=0, no such hierarchy, or no right to make one (a container's read-only /sys/fs/cgroup)."""
+    for v, ctrl in ((2, ""), (1, "cpuacct")) if ROOT and CGROUPS else ():
+        if (parent := _parent(v, ctrl)) is None:
+            continue
+        try:
+            probe = _Cgroup(parent, v)
+            try:  # a process can join one, and its usage reads
+                subprocess.run(["true"], preexec_fn=probe.join, check=True, timeout=20)
+                probe.usage()
+            finally:
+                probe.remove()
+        except (OSError, ValueError, subprocess.SubprocessError):
+            continue
+        return parent, v
+    if ROOT and CGROUPS:
+        warnings.warn("sandbox: no cgroup per job here: a job's CPU is summed from /proc, which misses children that "
+                      "live < 50 ms and are reaped without a wait (see docs/sandbox.md)", RuntimeWarning, stacklevel=3)
     return None
 
 
-def _rmdir(d):
+@lru_cache(maxsize=1)
+def _counts_pids():
+    """Whether a job's processes can be counted by a pids cgroup here, the only limit on a uid-0 job's process
+    count: "v2" (v2's pids controller enabled below ours: pids.max in the job's one cgroup), the directory of
+    our cgroup in v1's pids hierarchy (also beside a v2 tree: a hybrid; the job gets a sibling there), or ""."""
+    where = _cgroups()
+    if where is None:
+        return ""
     try:
-        os.rmdir(d)
+        with open(f"{where[0]}/cgroup.subtree_control") as f:
+            if where[1] == 2 and "pids" in f.read().split():
+                return "v2"
     except OSError:
         pass
+    if (parent := _parent(1, "pids")) is None:
+        return ""
+    try:  # a cgroup can be made there
+        os.mkdir(probe := f"{parent}/sbx-{os.getpid()}-probe")
+        os.rmdir(probe)
+        return parent
+    except OSError:
+        return ""
+
+
+def _rmdir(d, kill=None, wait=0.0):
+    """Remove an empty directory (a cgroup); while it is busy, for up to `wait` s: kill() what is in it, retry."""
+    end = time.monotonic() + wait
+    while True:
+        try:
+            return os.rmdir(d)
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > end:
+                return
+        if kill:
+            kill()
+        time.sleep(0.002)
 
 
 class _Cgroup:
@@ -175,14 +211,30 @@ class _Cgroup:
     children reaped without a wait and short-lived ones included."""
     count = itertools.count()
 
-    def __init__(self, parent, v):
-        self.path, self.v = f"{parent}/sbx-{os.getpid()}-{next(self.count)}", v
+    def __init__(self, parent, v, pids=None):
+        """pids: the most tasks (processes and threads) it may hold, where a pids cgroup can count them
+        (_counts_pids): v2 the same cgroup's pids.max, v1 a sibling in the pids hierarchy joined alike."""
+        name = f"sbx-{os.getpid()}-{next(self.count)}"
+        self.path, self.v, self.procs, self.pids_path, self.pids_procs = f"{parent}/{name}", v, None, None, None
         os.mkdir(self.path)
         try:  # written by the job's first process (before it runs anything of the program's): "0" is the writer
             self.procs = os.open(f"{self.path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            if pids and _counts_pids():
+                if _counts_pids() != "v2":
+                    self.pids_path = f"{_counts_pids()}/{name}"
+                    os.mkdir(self.pids_path)
+                    self.pids_procs = os.open(f"{self.pids_path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+                with open(f"{self.pids_path or self.path}/pids.max", "w") as f:
+                    f.write(str(pids))
         except OSError:
-            _rmdir(self.path)
+            self.remove()
             raise
+
+    def join(self):
+        """In the job's first process, before it runs anything of the program's (preexec_fn): in, for good."""
+        os.write(self.procs, b"0")
+        if self.pids_procs is not None:
+            os.write(self.pids_procs, b"0")
 
     def usage(self):
         """CPU seconds of everything that ever ran in it (once removed: by then)."""
@@ -218,30 +270,27 @@ class _Cgroup:
     def remove(self):
         """Kill what is left in it and remove it (retried while the last processes finish dying); one that will
         not go stays, for the leak census of test_sandbox.py to find. Again: nothing."""
-        if self.procs is None:
-            return
-        try:
-            self.last = self.usage()
-        except (OSError, ValueError):
-            self.last = 0.0
-        os.close(self.procs)
-        self.procs, end = None, time.monotonic() + 5.0
-        while True:
+        if self.procs is not None:
             try:
-                os.rmdir(self.path)
-                return
-            except OSError as e:
-                if e.errno != errno.EBUSY or time.monotonic() > end:
-                    return
-            self.kill()
-            time.sleep(0.002)
+                self.last = self.usage()
+            except (OSError, ValueError):
+                self.last = 0.0
+        for fd in (self.procs, self.pids_procs):
+            if fd is not None:
+                os.close(fd)
+        opened, self.procs, self.pids_procs = self.procs is not None, None, None
+        _rmdir(self.path, self.kill if opened else None, 5.0 if opened else 0.0)  # (never opened: set-up failed)
+        if self.pids_path is not None:  # the same processes: dead now, or the census finds them
+            _rmdir(self.pids_path, wait=5.0)
+            self.pids_path = None
 
 
-def _cgroup():
-    """A new cgroup for one job, or None where none can be made."""
+def _cgroup(pids=None):
+    """A new cgroup for one job (at most `pids` tasks where a pids cgroup can count them), or None where none
+    can be made."""
     where = _cgroups()
     try:
-        return _Cgroup(*where) if where else None
+        return _Cgroup(*where, pids=pids) if where else None
     except OSError:  # (out of cgroups, say: this job is watched from /proc)
         return None
 
@@ -422,7 +471,7 @@ class Worker:
                                    "-c", _SERVER, str(inside.fileno())],
                 cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=[inside.fileno(), info_w], start_new_session=True,
-                preexec_fn=None if cg is None else lambda: os.write(cg.procs, b"0")).result()
+                preexec_fn=None if cg is None else cg.join).result()
         except BaseException:  # out of processes, say: nothing stays behind
             host.close()
             os.close(info_r)

@@ -34,7 +34,8 @@ works, else `unshare -n`, else nothing, in a fresh temp dir (under WORK_ROOT) re
 program sees the host filesystem and can write wherever its user can. As root it runs as an unprivileged
 uid where the interpreter is reachable by other uids, else as uid 0 without capabilities; either way in a
 mount namespace of its own whose /sys is an empty read-only tmpfs (no cgroup file to write, no right to
-unmount it), and nothing limits a uid-0 program's process count.
+unmount it). RLIMIT_NPROC never binds uid 0: there a pids cgroup counts the program's processes instead
+(pool._counts_pids: v2's pids controller, or v1's pids hierarchy), and where neither exists nothing does.
 Default, the worker pool (pool.py; bubblewrap as above, plus Linux rights to make nested namespaces; probed
 once by _pool, warned and skipped where it fails): warm workers, one per core (CORES), that fork every job
 into fresh PID, mount, IPC and cgroup namespaces of its own, with the same limits, cgroup and uid drop;
@@ -137,7 +138,10 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
                 os.chown(work, uid, uid)
             cmd = [*pre, *(_drop(uid if drop == "uid" else None) if drop else [])]
             env = {**PATH, "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
-            cg = _cgroup() if drop else None  # as root with capabilities it could leave any cgroup
+            # as root with capabilities it could leave any cgroup. As uid 0 (drop "caps") RLIMIT_NPROC never
+            # binds: the cgroup's pids limit counts the program's processes instead (nproc, as RLIMIT_NPROC
+            # would, + the unshare that waits for it with -f)
+            cg = _cgroup(nproc + ("-f" in pre) if drop == "caps" else None) if drop else None
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
         p = subprocess.Popen([*cmd, sys.executable, "-I", "-c", code], cwd=cwd, env=env, stdin=in_r, stdout=out_w,
                              stderr=err_w, preexec_fn=_limits(_backstop(timeout), mem_mb << 20, nproc, cg, hide))
@@ -423,7 +427,7 @@ def _limits(cpu_s, mem_bytes, nproc, cg=None, hide=False):
     def apply():
         os.setsid()  # own process group: a timeout kills every child too
         if cg is not None:
-            os.write(cg.procs, b"0")  # before bwrap or unshare start, so all the job's processes are in it
+            cg.join()  # before bwrap or unshare start, so all the job's processes are in it
         if hide:
             _hide_sys()
         for lim, n in ((resource.RLIMIT_AS, mem_bytes), (resource.RLIMIT_FSIZE, 1 << 20), (resource.RLIMIT_NOFILE, 64),
