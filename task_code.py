@@ -4,6 +4,7 @@ functions (index wraps around); tests run in the sandbox.
 
     python -m pytest -q test_envs.py
 """
+import ast
 import copy
 import random
 import re
@@ -12,15 +13,61 @@ import funcs
 from task import DATA_OPTION, Task, closed_code, extract_code
 
 
+SOLUTION = ast.dump(ast.parse("Solution()", mode="eval").body)
+
+
+def pins(test, entry_point=None):
+    """What a test pins, the same however it is spelt: a function test must be `assert ENTRY(literals) ==
+    literal` (the sides either way round), else None: anything else can hold for every program (`f(x) ==
+    f(x)`, `... or True`, a computed or unequal expectation) and would pay the tester for testing nothing.
+    A stdin test: its input and output, whitespace aside."""
+    if isinstance(test, dict):
+        return str(test.get("input", "")).strip(), " ".join(str(test.get("output", "")).split())
+    try:
+        body = ast.parse(test).body
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return None
+    if len(body) != 1 or not isinstance(body[0], ast.Assert) or body[0].msg is not None:
+        return None
+    t = body[0].test
+    if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
+        return None
+    entry = lambda f: (isinstance(f, ast.Name) and f.id == entry_point or  # f(...), or Solution().f(...) (LeetCode)
+                       isinstance(f, ast.Attribute) and f.attr == entry_point and ast.dump(f.value) == SOLUTION)
+    for call, want in ((t.left, t.comparators[0]), (t.comparators[0], t.left)):
+        if isinstance(call, ast.Call) and entry(call.func):
+            try:
+                for x in (*call.args, *(k.value for k in call.keywords)):
+                    ast.literal_eval(x)
+                value = repr(ast.literal_eval(want))
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                return None
+            return (ast.dump(call), value) if all(k.arg for k in call.keywords) else None  # (no **mapping)
+    return None
+
+
+def shown_tests(problem, entry_point):
+    """The keys of the function tests a problem statement shows (`Example: f(x) == y`, or an assert line):
+    a tester that copies one has written nothing new."""
+    keys = set()
+    for line in str(problem).splitlines():
+        line = line.strip()
+        for cand in (line, "assert " + line.split(":", 1)[-1].strip()):
+            if (k := pins(cand, entry_point)) is not None:
+                keys.add(k)
+    return keys
+
+
 def parse_test(text, kind, entry_point=None):
     """A unit test from the tester's text: for stdin problems {"input", "output"} from 'Input: ...
-    Output: ...'; for function problems the last `assert` line that calls the entry point. None if absent."""
+    Output: ...'; for function problems the last `assert` line that pins an output of the entry point
+    (pins). None if absent."""
     if not isinstance(text, str):
         return None
     text = re.sub(r"```[a-zA-Z]*", "", text)
     if kind == "function":
         lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("assert ")]
-        lines = [ln for ln in lines if not entry_point or entry_point in ln]
+        lines = [ln for ln in lines if pins(ln, entry_point) is not None]
         return lines[-1] if lines else None
     m = re.search(r"input\s*:?\s*\n?(.*?)\n?\s*(?:expected\s+)?output\s*:?\s*\n?(.*)", text, flags=re.S | re.I)
     if not m or not m.group(2).strip():
@@ -38,13 +85,14 @@ class Code(Task):
     Done when the coder's program passes every generated test (or after max_turns). Success = the
     coder's final program passes ALL the problem's own tests (in training: at most --train_tests of them,
     a fixed draw per problem). Rewards: coder team = success, local = fraction of those tests passed;
-    tester local = 1 if the REFERENCE solution passes its test
-    (0 if it fails it, or if the problem has no reference; -1 for no test), team = the coder's success.
+    tester local = 1 if the REFERENCE solution passes its test (0 if it fails it, if the problem has no
+    reference, or if the test copies the statement's example or a test already written; -1 for no test:
+    for a function, a test is `assert f(literals) == literal`, see pins), team = the coder's success.
     In training the coder sees (and "done" counts) only the generated tests the reference passes.
     Held out (val/test) the coder's tests stop at the first failure: success is all that is measured there.
     Single-agent workflow: the coder alone, one program.
     Notes (Task.note; eval.py reports them): coder/first_pass (its first program passes), tester/right (a
-    test the reference passes), tester/useful (held out, while the coder's program is wrong: a right test
+    new test the reference passes), tester/copied (a copy of the example or an earlier test), tester/useful (held out, while the coder's program is wrong: a right test
     that program fails, i.e. one that catches its bug)."""
     NAME = "code"
     ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
@@ -111,9 +159,14 @@ class Code(Task):
             if self.workflow == "single":
                 self.end_turn(True)
             return float(self.success), rep.passed / max(1, rep.total)
-        test = parse_test(text, self.task["kind"], self.task.get("entry_point"))
-        if test is None:
-            local = -1.0
+        ep = self.task.get("entry_point")
+        test = parse_test(text, self.task["kind"], ep)
+        # a copy of the statement's example or of a test already written tests nothing new: 0, and not kept
+        seen = {pins(t, ep) for t in self.tests} | (shown_tests(self.task["problem"], ep) if ep else set())
+        copied = test is not None and pins(test, ep) in seen
+        self.note("tester/copied", copied)
+        if test is None or copied:
+            local = -1.0 if test is None else 0.0
         else:
             ref = self.task.get("reference")
             local = float(bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1)
@@ -122,7 +175,7 @@ class Code(Task):
             # as deployed, where no reference exists: consulting it would leak the answer into the score.
             if local == 1.0 or self.split != "train":
                 self.tests.append(test)
-        self.note("tester/right", local == 1.0)  # a test the reference passes (no test: not right)
+        self.note("tester/right", local == 1.0)  # a new test the reference passes (no test, a copy: not right)
         if self.split != "train" and not self.success:  # held out (a sandbox run more): does a right test
             # catch the coder's wrong program? (training skips it: a cost per branch, not a reward)
             self.note("tester/useful", local == 1.0 and D.run_tests(self.program or "", self.task, [test]).passed == 0)

@@ -11,7 +11,7 @@ import pytest
 
 import envs
 from task import SPLIT_SEED, SPLIT_SHARE, Reward, Task, split_of
-from task_code import parse_test, show_test
+from task_code import parse_test, pins, show_test
 from task_games import BACK, MOVES, sudoku_solve
 
 
@@ -440,7 +440,7 @@ def test_invalid_generated_tests_never_reach_the_coder_in_training():
     t = envs.make("code", "test", 0, data="offline", max_turns=3)
     ep = t.task["entry_point"]
     t.step("coder", t.reference("coder"))
-    t.step("tester", f"assert {ep}(*[None] * 99) == 12345")
+    t.step("tester", f"assert {ep}([1.0, 2.0], 0.5) == 12345")  # a well-formed test with a wrong expectation
     assert len(t.tests) == 1 and t.failures and not t.done
 
 
@@ -685,7 +685,7 @@ def test_funcs_every_problem_needs_its_templates_step_and_templates_weigh_alike(
 def test_code_notes_say_what_each_role_did_held_out():
     """Task.note on code: the coder's first program passing, a tester's test being right (the reference
     passes it), and useful (held out, while the coder's program is wrong, a right test that program fails).
-    rollout.evaluate reports their shares as notes/<name>."""
+    rollout.evaluate reports their shares as notes/<name> (tester/copied: test_a_copied_test_earns_the_tester_nothing)."""
     import funcs
     p = funcs.problems("test")[0]
     ep = p["entry_point"]
@@ -699,13 +699,58 @@ def test_code_notes_say_what_each_role_did_held_out():
     e.step("tester", wrong)      # not right, so not useful (the wrong program even passes it)
     e.step("coder", bad)
     e.step("tester", "no test here")  # no test: neither
-    assert e.notes == {"coder/first_pass": [0, 1], "tester/right": [1, 3], "tester/useful": [1, 3]}
+    assert e.notes == {"coder/first_pass": [0, 1], "tester/right": [1, 3], "tester/useful": [1, 3], "tester/copied": [0, 3]}
     c = envs.make("code", "test", 0, data="funcs")
     c.step("coder", f"```python\n{p['reference']}\n```")
     assert c.notes == {"coder/first_pass": [1, 1]}
     c.step("tester", right)  # the program is right: nothing to catch, so useful is not asked
-    assert c.notes == {"coder/first_pass": [1, 1], "tester/right": [1, 1]}
+    assert c.notes == {"coder/first_pass": [1, 1], "tester/right": [1, 1], "tester/copied": [0, 1]}
     k = c.clone()
     k.note("tester/right", False)
     assert c.notes["tester/right"] == [1, 1]  # a branch's notes are its own
 
+
+
+@pytest.mark.parametrize("data, split", [("funcs", "train"), ("offline", "test")])
+def test_a_test_that_any_program_passes_earns_the_tester_nothing(data, split):
+    """The tester's reward is 1 when the reference passes its test: a tautology (`f(x) == f(x)`, `... or
+    True`, a computed expectation) passes every reference, so it paid in full while testing nothing (it also
+    passes every wrong program: a "done" for free). Only `assert ENTRY(literals) == literal` (either side) is
+    a test; anything else is no test (-1), like an answer without one."""
+    e = envs.make("code", split, 0, data=data)
+    ep = e.task["entry_point"]
+    real = e.reference("tester")
+    assert e.clone().step("tester", real) == 1.0 and parse_test(real, "function", ep) == real
+    call = real.split("==")[0][len("assert "):].strip()
+    want = real.split("==", 1)[1].strip()
+    for cheat in (f"assert {call} == {call}", f"assert {call} == {want} or True", f"assert {call} == {call} or 1",
+                  f"assert {call} != 'never'", f"assert {call} == (lambda: {want})()", f"assert {call} == {want}, 'x'",
+                  f"assert {call} == {want}; assert True", f"assert {ep}(*[]) == {want} if 0 else True",
+                  f"assert {call} == {want} == {call}", f"assert {ep}({call}) == {want} or {call} == {call}"):
+        assert parse_test(cheat, "function", ep) is None, cheat
+        assert e.clone().step("tester", f"```python\n{cheat}\n```") == -1.0, cheat
+    for fine in (f"assert {want} == {call}", f"assert {call}=={want}", f"```python\nassert {call} == {want}\n```"):
+        assert parse_test(fine, "function", ep) is not None, fine
+        assert e.clone().step("tester", fine) == 1.0, fine
+    # several lines: the last real test counts, a tautology after it does not replace it
+    assert parse_test(f"assert {call} == {want}\nassert {call} == {call}", "function", ep) == f"assert {call} == {want}"
+
+
+def test_a_copied_test_earns_the_tester_nothing():
+    """The statement shows one example (`Example: f(x) == y`): copying it into an assert is a test the
+    reference passes, so it paid in full (1.0) for writing nothing new, every turn; so did repeating a test
+    already written. Now both are 0 (not -1: it is a test), kept out of the coder's tests, and noted."""
+    e = envs.make("code", "train", 3, data="funcs", max_turns=3)
+    ep = e.task["entry_point"]
+    example = next(ln.split(":", 1)[1].strip() for ln in e.task["problem"].splitlines() if ln.startswith("Example:"))
+    for copy in (f"assert {example}", f"```python\nassert  {example.replace(' == ', '==')}\n```"):
+        c = e.clone()
+        assert c.step("tester", copy) == 0.0 and c.tests == [] and c.notes["tester/copied"] == [1, 1], copy
+    real = next(t for t in e.task["tests"] if pins(t, ep) != pins(f"assert {example}", ep))
+    wrong = f"```python\ndef {ep}(*a):\n    return 'never'\n```"
+    e.step("coder", wrong)
+    assert e.step("tester", real) == 1.0 and e.tests == [real] and not e.done  # new and right: kept
+    e.step("coder", wrong)
+    assert e.clone().step("tester", real.replace("assert ", "assert  ")) == 0.0  # the same test again
+    assert e.step("tester", real) == 0.0 and e.tests == [real]
+    assert e.notes["tester/copied"] == [1, 2] and e.notes["tester/right"] == [1, 2]
