@@ -43,7 +43,6 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 log() { echo "[gpu_check $(date +%T)] $*"; }
 
-want() { case " ${STEPS:-$1} " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }  # STEPS="task" runs task-*
 # every word of STEPS names a step (or a group: task, tiny, model; none: the report only), else a typo would run
 # nothing and report "all 0 steps ok"
 KNOWN="none fsdp smol engine lora task task-plan_path task-sudoku task-sokoban task-math task-code
@@ -129,6 +128,7 @@ fi
 # may fail under set -e: hence the `|| true`). Only the steps in $STEPS run when it is set.
 : >"$OUT/steps.tsv"
 SLOW=${SLOW:-$([ "$DEVICE" = cuda ] && echo 1 || echo 6)}
+want() { case " ${STEPS:-$1} " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }  # STEPS="task" runs task-*
 step() {
     local name=$1 secs=$2 engine=$3 t0=$SECONDS rc=0 why used
     shift 3
