@@ -254,9 +254,10 @@ def update(policy, samples, device, rng, loss_fn, temperature=1.0, micro_tokens=
 
     Old log-probs: nothing has moved the weights before the first mini-batch's training forward, so its
     old log-probs ARE that forward's, detached (as TRL does); a separate no-grad pass before the first step
-    computes only those of the later mini-batches' live samples (they must see the weights of before it). logp_gap (sampler vs
-    trainer) is measured on the samples whose log-probs the trainer computes. old_pass=True: the separate
-    pass over every sample, zero advantages too (what the trainer did before; bench.py measures the saving).
+    computes only those of the later mini-batches' live samples (they must see the weights of before it).
+    logp_gap (sampler vs trainer) is measured on the samples whose log-probs the trainer computes.
+    old_pass=True: the separate pass over every sample, zero advantages too (what the trainer did before;
+    bench.py measures the saving).
     tis_cap C > 0: truncated importance sampling for the sampler/trainer mismatch: each token's advantage
     is weighted by min(exp(old_logp - sampler_logp), C) (detached; 1 where the sampler gave no log-probs)."""
     model, net, sharded = policy.model, policy.net, policy.sharded

@@ -175,7 +175,7 @@ def _counts_pids():
     where = _cgroups()
     if where is None:
         return ""
-    try:
+    try:  # (v1 has no such file)
         with open(f"{where[0]}/cgroup.subtree_control") as f:
             if where[1] == 2 and "pids" in f.read().split():
                 return "v2"
@@ -219,9 +219,9 @@ class _Cgroup:
         os.mkdir(self.path)
         try:  # written by the job's first process (before it runs anything of the program's): "0" is the writer
             self.procs = os.open(f"{self.path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-            if pids and _counts_pids():
-                if _counts_pids() != "v2":
-                    self.pids_path = f"{_counts_pids()}/{name}"
+            if pids and (where := _counts_pids()):
+                if where != "v2":
+                    self.pids_path = f"{where}/{name}"
                     os.mkdir(self.pids_path)
                     self.pids_procs = os.open(f"{self.pids_path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
                 with open(f"{self.pids_path or self.path}/pids.max", "w") as f:

@@ -66,8 +66,8 @@ model, with the rows single, equal-budget (the coder alone, as many samples per 
 and swapped; each benchmark of the split (funcs-seen: new constants of trained templates, funcs-unseen:
 templates never trained on) also gets its own rows, claims and verdicts, and a last table says what each
 role did (the code task's notes: the coder's first program passes, the tester's test is right, and catches
-the coder's wrong program). The demos' step budget (60) is what fits the 30-minute bar for one seed: the parallel-sampling ablation costs
-~2.5x a tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
+the coder's wrong program). The demos' step budget (60) is what fits the 30-minute bar for one seed: the
+parallel-sampling ablation costs ~2.5x a tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
 """
 import argparse
 import hashlib
@@ -318,8 +318,10 @@ def one_seed(a, seed, keys, settings, demo):
     save = REAL["save_every"] if settings["model"] == "smollm2" else 25
     train_flags = ["--steps", str(a.steps), "--save_every", str(save), "--keep_ckpts", "1", "--eval_n", "0"]
     rows = [r for r in ALL_ROWS if r[0] in keys]
-    first, second = make_env(demo, "test", 0).roles  # the two roles the swap ablation exchanges
-    if settings["model"] == "tiny" and not os.path.isdir(a.tiny_dir) and any("--max_turns" in r[2] for r in rows if isinstance(r[2], list)):
+    env = make_env(demo, "test", 0)
+    first, second = env.roles  # the two roles the swap ablation exchanges
+    turns = any("--max_turns" in r[2] for r in rows if isinstance(r[2], list))
+    if settings["model"] == "tiny" and not os.path.isdir(a.tiny_dir) and turns:
         # a missing demo model is built by the first training, from ITS turns: build it from the preset's here
         tiny.ensure(a.tiny_dir, argparse.Namespace(**{**settings, "seed": a.seed}))
     for key, name, tflags, _ in ALL_ROWS:  # train (a swapped row's source too), one process each
@@ -357,7 +359,7 @@ def one_seed(a, seed, keys, settings, demo):
     # the floor: every role answers uniformly at random, on the same test problems
     # (a task with no random answer, code, has no floor: a random string is no program)
     out["floor"] = (envs.random_floor(lambda i: make_env(demo, "test", i), a.eval_n, seed=seed)
-                    if hasattr(make_env(demo, "test", 0), "random_answer") else None)
+                    if hasattr(env, "random_answer") else None)
     out["code"] = {}
     for key, name, tflags, _ in rows:
         trained = NAME[tflags] if isinstance(tflags, str) else name if tflags else None  # a swapped row: its source's
@@ -386,8 +388,9 @@ def summarize(keys, per_seed, source=None):
     seeds = sorted(per_seed)
     mean = lambda xs: sum(xs) / len(xs)
     floor = [per_seed[s]["floor"] for s in seeds]
-    rows = [] if source or None in floor else [{"row": "uniformly random answers (floor)", "key": "floor", "success": mean(
-        [f["success"] for f in floor]), "turns": mean([f["turns"] for f in floor]), "per_seed": [f["success"] for f in floor]}]
+    rows = [] if source or None in floor else [
+        {"row": "uniformly random answers (floor)", "key": "floor", "success": mean([f["success"] for f in floor]),
+         "turns": mean([f["turns"] for f in floor]), "per_seed": [f["success"] for f in floor]}]
     pick = lambda e: [x for x, b in zip(e["per_problem"], e["sources"]) if b == source] if source else e["per_problem"]
     matrix = {k: [pick(per_seed[s][k]) for s in seeds] for k in keys}
     for key in keys:
@@ -522,8 +525,8 @@ def main(argv=None):
         by[b] = {"n": per_seed[min(per_seed)][keys[0]]["sources"].count(b), "rows": b_rows, "claims": b_claims}
     interval = ("95%, two-stage percentile bootstrap over seeds and problems (stats.py)" if len(per_seed) > 1 else
                 "95%, percentile bootstrap over the test problems only (one seed: no verdicts; stats.py)")
-    res = {"rows": rows, "claims": claims, "by_benchmark": by, "seeds": sorted(per_seed), "steps": a.steps, "eval_n": a.eval_n,
-           "interval": interval, "wall_s": round(time.time() - t0, 1),
+    res = {"rows": rows, "claims": claims, "by_benchmark": by, "seeds": sorted(per_seed), "steps": a.steps,
+           "eval_n": a.eval_n, "interval": interval, "wall_s": round(time.time() - t0, 1),
            "settings": {**settings, "steps": a.steps, "code": code}}
     with open(os.path.join(a.out_dir, "table.json"), "w") as f:
         json.dump(res, f, indent=1)

@@ -92,8 +92,9 @@ class Code(Task):
     Held out (val/test) the coder's tests stop at the first failure: success is all that is measured there.
     Single-agent workflow: the coder alone, one program.
     Notes (Task.note; eval.py reports them): coder/first_pass (its first program passes), tester/right (a
-    new test the reference passes), tester/copied (a copy of the example or an earlier test), tester/useful (held out, while the coder's program is wrong: a right test
-    that program fails, i.e. one that catches its bug)."""
+    new test the reference passes), tester/copied (a copy of the example or an earlier test), tester/useful
+    (held out, while the coder's program is wrong: a right test that program fails, i.e. one that catches
+    its bug)."""
     NAME = "code"
     ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
     OPTIONS = {**Task.OPTIONS, **DATA_OPTION,
@@ -117,6 +118,8 @@ class Code(Task):
             draw = random.Random(f"{self.task.get('name')}/{self.task['problem']}").sample(range(len(tests)), cap)
             self.own_tests = [tests[i] for i in sorted(draw)]
         self.program, self.tests, self.failures = None, [], []  # generated tests, their failures
+        ep = self.task.get("entry_point")
+        self.shown = shown_tests(self.task["problem"], ep) if ep else set()  # (clones share it: never mutated)
 
     @staticmethod
     def rows(split, data):
@@ -162,7 +165,7 @@ class Code(Task):
         ep = self.task.get("entry_point")
         test = parse_test(text, self.task["kind"], ep)
         # a copy of the statement's example or of a test already written tests nothing new: 0, and not kept
-        seen = {pins(t, ep) for t in self.tests} | (shown_tests(self.task["problem"], ep) if ep else set())
+        seen = {pins(t, ep) for t in self.tests} | self.shown
         copied = test is not None and pins(test, ep) in seen
         self.note("tester/copied", copied)
         if test is None or copied:
