@@ -5,6 +5,7 @@ each other (plot.py is such a module that also has a command line).
     python -m pytest -q test_train.py test_eval.py
 """
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -62,6 +63,25 @@ def die(msg):
     """A user error: one line on stderr, exit status 2 (argparse's), no traceback."""
     print(f"{os.path.basename(sys.argv[0]) or 'train.py'}: error: {msg}", file=sys.stderr)
     sys.exit(2)
+
+
+@contextlib.contextmanager
+def gpu_full(args, step, rank=0):
+    """A training step that runs out of GPU memory ends the run with one line: the step, the checkpoint a
+    --resume continues from (nothing of this step was written), and the flags that make room; not a traceback
+    from deep inside the update or vLLM. The plan (train.py --plan) predicts it; this names the fix when it
+    was wrong (a longer response than planned, another process on the GPU, fragmentation)."""
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        ck = latest_checkpoint(args.out_dir) if os.path.isdir(args.out_dir) else None
+        what = (str(e).strip().splitlines() or ["torch.OutOfMemoryError"])[0][:240]
+        die(f"step {step}{f' (rank {rank})' if rank else ''}: out of GPU memory: {what}. "
+            + (f"--resume continues from {ck}" if ck else "no checkpoint yet (--save_every)")
+            + f"; to make room: --micro_tokens (now {args.micro_tokens}) or --max_tokens (now {args.max_tokens}) "
+            f"lower, --gpu_memory_utilization (the engine's share, now {args.gpu_memory_utilization}) lower, "
+            f"--sleep 1 (the engine lets go during the update), --lora_rank 16, or more GPUs; "
+            f"python train.py --plan ... prints what fits")
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,4 +1,4 @@
-"""Faults: a crash, a kill or a full disk at any point of a run loses at most the current step.
+"""Faults: a crash, a kill, a full disk or a full GPU at any point of a run loses at most the current step.
 
     python -m pytest -q test_faults.py
 
@@ -228,6 +228,37 @@ def test_disk_full_on_metrics_is_one_line_and_resume_continues(warm_dir, tmp_pat
     assert os.path.join(out, "metrics.jsonl") in err[0], err
     assert "No space left on device" in err[0]
     assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000001")
+    train.main(argv + ["--resume"])
+    assert [m["step"] for m in jsonl(out, "metrics.jsonl")] == [1, 2]
+    assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000002")
+
+
+def test_a_full_gpu_is_one_line_naming_the_fix_and_resume_continues(warm_dir, tmp_path, monkeypatch, capsys):
+    """CUDA out of memory in step 2's update (torch.OutOfMemoryError, raised here on the CPU where the
+    allocator never would): one line naming the step, the checkpoint --resume continues from and the flags
+    that make room, no traceback; the step-1 checkpoint stays `latest` and the resume finishes the run."""
+    import policies
+    import train
+    out = str(tmp_path / "run")
+    argv = BASE + ["--model", warm_dir, "--engine", "hf", "--steps", "2", "--out_dir", out, "--eval_n", "0"]
+    real, calls = policies.update, []
+
+    def oom_in_step_2(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:  # per-role: two updates a step; step 2's first
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+        return real(*a, **k)
+    monkeypatch.setattr(policies, "update", oom_in_step_2)
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    monkeypatch.undo()
+    stderr = capsys.readouterr().err
+    err = [x for x in stderr.splitlines() if "error:" in x]
+    assert e.value.code == 2 and len(err) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    ck = os.path.join(out, "ckpt-000001")
+    assert "step 2" in err[0] and "out of GPU memory" in err[0] and "Tried to allocate 2.00 GiB" in err[0], err
+    assert f"--resume continues from {ck}" in err[0] and "--micro_tokens" in err[0] and "--sleep 1" in err[0], err
+    assert common.latest_checkpoint(out) == ck
     train.main(argv + ["--resume"])
     assert [m["step"] for m in jsonl(out, "metrics.jsonl")] == [1, 2]
     assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000002")

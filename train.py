@@ -41,7 +41,7 @@ import rollout
 import smol
 import tiny
 import track
-from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, barrier, die,
+from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, barrier, die, gpu_full,
                     init_distributed, kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args, problem_count,
                     rng_states, save_checkpoint, set_rng_states, task_roles, trim_metrics, write_json)
 
@@ -569,8 +569,9 @@ def main(argv=None):
 
     for step in tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps):
         # 1-4. rollout -> groups and advantages -> one update per policy -> new weights to the engine
-        m, samples = train_step(args, step, sampler, engine, policies, replicas, streams, objective, roles, device,
-                                rank, world, max_prompt_tokens)
+        with gpu_full(args, step + 1, rank):  # a full GPU: one line naming the fix, the last checkpoint kept
+            m, samples = train_step(args, step, sampler, engine, policies, replicas, streams, objective, roles,
+                                    device, rank, world, max_prompt_tokens)
         if planned and step == start:  # the plan next to what the first step took
             log(f"memory at step {step + 1}: planned peak {planned / 2 ** 30:.1f} GiB per GPU; measured peak "
                 f"{max(m['mem/peak_gib'])} GiB (torch allocator), GPU in use {max(m['mem/used_gib'])} GiB")
