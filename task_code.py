@@ -6,6 +6,7 @@ functions (index wraps around); tests run in the sandbox.
 """
 import ast
 import copy
+import functools
 import random
 import re
 
@@ -16,11 +17,24 @@ from task import DATA_OPTION, Task, closed_code, extract_code
 SOLUTION = ast.dump(ast.parse("Solution()", mode="eval").body)
 
 
+def canon(value):
+    """An expected value as `==` sees it: True is 1, 6.0 is 6 (a test expecting either pins the same
+    outputs), recursively through containers; a tuple stays apart from a list (they are never ==)."""
+    if isinstance(value, bool) or isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        return int(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return type(value)(canon(v) for v in value)
+    if isinstance(value, dict):
+        return {canon(k): canon(v) for k, v in value.items()}
+    return value
+
+
 def pins(test, entry_point=None):
     """What a test pins, the same however it is spelt: a function test must be `assert ENTRY(literals) ==
     literal` (the sides either way round), else None: anything else can hold for every program (`f(x) ==
     f(x)`, `... or True`, a computed or unequal expectation) and would pay the tester for testing nothing.
-    A stdin test: its input and output, whitespace aside."""
+    The key is the call's syntax tree and the expected value as == sees it (canon). A stdin test: its
+    input and output, whitespace aside."""
     if isinstance(test, dict):
         return str(test.get("input", "")).strip(), " ".join(str(test.get("output", "")).split())
     try:
@@ -39,23 +53,54 @@ def pins(test, entry_point=None):
             try:
                 for x in (*call.args, *(k.value for k in call.keywords)):
                     ast.literal_eval(x)
-                value = repr(ast.literal_eval(want))
+                value = repr(canon(ast.literal_eval(want)))
             except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                 return None
             return (ast.dump(call), value) if all(k.arg for k in call.keywords) else None  # (no **mapping)
     return None
 
 
+# between an example's call and its value in a statement: `==`, HumanEval's arrows and words, funcs' `==`
+ARROW = re.compile(r"\s*(?:#\s*)?(?:==>|==|=>|->|\u279e|\u2192|=|should return|returns|return)\s*")
+
+
+@functools.lru_cache(maxsize=4096)
 def shown_tests(problem, entry_point):
-    """The keys of the function tests a problem statement shows (`Example: f(x) == y`, or an assert line):
-    a tester that copies one has written nothing new."""
-    keys = set()
-    for line in str(problem).splitlines():
+    """The keys (pins) of the function tests a problem statement shows: a tester that copies one has
+    written nothing new. Read as HumanEval's docstrings write them too: a doctest (`>>> f(x)` then `y` on
+    the next line) or `f(x) SEP y` anywhere in a line, SEP `==`, `==>`, `=>`, `->`, an arrow, `=`,
+    `returns`, `should return` (`true`/`false` as Python's); the value is the longest literal that follows
+    (a trailing `.` or comment dropped)."""
+    keys, lines = set(), str(problem).splitlines()
+    call_at = re.compile(rf"(?<![\w.]){re.escape(entry_point)}\(")
+    for i, line in enumerate(lines):
         line = line.strip()
-        for cand in (line, "assert " + line.split(":", 1)[-1].strip()):
+        if line.startswith(">>>"):  # a doctest: the value is the next line
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            cands = [f"assert {line[3:].strip()} == {nxt}"] if nxt and not nxt.startswith(">>>") else []
+        else:
+            cands = [line, "assert " + line.split(":", 1)[-1].strip()]
+            for m in call_at.finditer(line):
+                depth, end = 0, None  # the call: from the name to its balanced closing parenthesis
+                for j in range(m.end() - 1, len(line)):
+                    depth += {"(": 1, ")": -1}.get(line[j], 0)
+                    if depth == 0:
+                        end = j + 1
+                        break
+                arrow = ARROW.match(line, end) if end else None
+                if arrow:
+                    rest = line[arrow.end():]
+                    cuts = [len(rest)] + [j for j in range(len(rest) - 1, 0, -1) if rest[j] in " #,;"]
+                    for cut in cuts:  # the longest prefix that is a value
+                        want = rest[:cut].strip().rstrip(".")
+                        want = {"true": "True", "false": "False"}.get(want, want)
+                        if pins(cand := f"assert {line[m.start():end]} == {want}", entry_point) is not None:
+                            cands.append(cand)
+                            break
+        for cand in cands:
             if (k := pins(cand, entry_point)) is not None:
                 keys.add(k)
-    return keys
+    return frozenset(keys)
 
 
 def parse_test(text, kind, entry_point=None):

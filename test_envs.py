@@ -6,6 +6,7 @@ import argparse
 import copy
 import pickle
 import random
+import re
 
 import pytest
 
@@ -754,3 +755,43 @@ def test_a_copied_test_earns_the_tester_nothing():
     assert e.clone().step("tester", real.replace("assert ", "assert  ")) == 0.0  # the same test again
     assert e.step("tester", real) == 0.0 and e.tests == [real]
     assert e.notes["tester/copied"] == [1, 2] and e.notes["tester/right"] == [1, 2]
+
+
+# an example a statement shows, as HumanEval's docstrings write them: `>>> call` then its value on the next
+# line, or `call SEP value` with SEP one of their arrows and words (the test's own reading, not task_code's)
+SHOWN = re.compile(r"^\s*(?:[*-]\s*|for\s+)?({ep}\(.*\))\s*(?:#\s*)?(?:==>|==|=>|->|\u279e|=|returns|should return)"
+                   r"\s*(.+?)\.?\s*$")
+
+
+def statement_examples(problem, ep):
+    lines, out = problem.splitlines(), []
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if s.startswith(">>>") and i + 1 < len(lines) and lines[i + 1].strip() and ep + "(" in s:
+            out.append((s[3:].strip(), lines[i + 1].strip()))
+        elif (m := re.match(SHOWN.pattern.format(ep=re.escape(ep)), s)) and not s.startswith(">>>"):
+            out.append((m.group(1), {"true": "True", "false": "False"}.get(m.group(2), m.group(2))))
+    return [f"assert {call} == {want}" for call, want in out]
+
+
+def test_a_copy_of_a_humaneval_docstring_example_earns_the_tester_nothing():
+    """HumanEval's statements show their examples as doctests (`>>> f(x)` then `y`) or `f(x) ==> y`,
+    `f(x) ➞ y`, `f(x) returns y`, ...; `--data offline` trains the tester on them. Only `Example: f(x) == y`
+    counted as shown, so a tester copying a docstring example was paid in full as a new right test (325 of
+    the 380 examples this reading finds, in 114 of the 164 problems): every copy now is 0, noted, not kept. So is
+    the same test with its expected value spelt another way that == cannot tell apart (True as 1, 6 as 6.0)."""
+    copies = 0
+    for i in range(envs.Code.count("test", data="humaneval")):
+        e = envs.make("code", "test", i, data="humaneval")
+        ep = e.task["entry_point"]
+        for cp in statement_examples(e.task["problem"], ep):
+            if pins(cp, ep) is None:  # not a test (`is_happy(a)`, `get_row([` ...): nothing to copy
+                continue
+            c = e.clone()
+            assert c.step("tester", cp) == 0.0 and c.tests == [] and c.notes["tester/copied"] == [1, 1], (e.task["name"], cp)
+            copies += 1
+    assert copies >= 300  # the whole set's pinnable examples (so a reader that found none fails here)
+    e = envs.make("code", "test", 0, data="humaneval")  # has_close_elements(...) -> False: 0 is the same test
+    ep = e.task["entry_point"]
+    assert e.clone().step("tester", "assert has_close_elements([1.0, 2.0, 3.0], 0.5) == 0") == 0.0
+    assert e.clone().step("tester", "assert has_close_elements([1.0, 2.0, 3.0], 0.25) == 0") == 1.0  # new
