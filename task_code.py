@@ -34,9 +34,10 @@ def pins(test, entry_point=None):
     literal` (the sides either way round), else None: anything else can hold for every program (`f(x) ==
     f(x)`, `... or True`, a computed or unequal expectation) and would pay the tester for testing nothing.
     The key is the call's syntax tree and the expected value as == sees it (canon). A stdin test: its
-    input and output, whitespace aside."""
+    input (trailing spaces aside) and output (whitespace aside)."""
     if isinstance(test, dict):
-        return str(test.get("input", "")).strip(), " ".join(str(test.get("output", "")).split())
+        lines = str(test.get("input", "")).strip().splitlines()
+        return "\n".join(ln.rstrip() for ln in lines), " ".join(str(test.get("output", "")).split())
     try:
         body = ast.parse(test).body
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
@@ -60,6 +61,32 @@ def pins(test, entry_point=None):
     return None
 
 
+# a line that opens an example's input or output in a stdin statement: CodeContests' `Input`, AtCoder's
+# `Sample Input 1`, APPS' `-----Input-----` and `Input`, CodeChef's `Input:`
+IO_LABEL = re.compile(r"^[-\s]*(?:sample\s+|example\s+)?(input|output)(?:\s*\d+)?\s*:?[-\s]*$", re.I)
+
+
+@functools.lru_cache(maxsize=4096)
+def shown_io(problem):
+    """The keys (pins) of the stdin examples a statement shows: each block under an input label with the
+    block under the output label right after it. A block ends at the next label or a `-----` line; as it may
+    run on into prose (AtCoder's explanation after a sample, a `Note`), each of its first paragraphs is a
+    candidate (a key that no test matches costs nothing; a section heading's prose is one such)."""
+    blocks, cur = [], None
+    for line in str(problem).splitlines():
+        if m := IO_LABEL.match(line):
+            cur = (m.group(1).lower(), [])
+            blocks.append(cur)
+        elif line.strip().startswith("-----"):
+            cur = None
+        elif cur:
+            cur[1].append(line.rstrip())
+    paragraphs = lambda b: (lambda p: ["\n\n".join(p[:k]) for k in range(1, min(len(p), 4) + 1)])(
+        re.split(r"\n\s*\n", "\n".join(b).strip("\n")))
+    return frozenset(pins({"input": i, "output": o}) for (a, x), (b, y) in zip(blocks, blocks[1:])
+                     if (a, b) == ("input", "output") for i in paragraphs(x) for o in paragraphs(y))
+
+
 # between an example's call and its value in a statement: `==`, HumanEval's arrows and words, funcs' `==`
 ARROW = re.compile(r"\s*(?:#\s*)?(?:==>|==|=>|->|\u279e|\u2192|=|should return|returns|return)\s*")
 
@@ -70,17 +97,27 @@ def shown_tests(problem, entry_point):
     written nothing new. Read as HumanEval's docstrings write them too: a doctest (`>>> f(x)` then `y` on
     the next line) or `f(x) SEP y` anywhere in a line, SEP `==`, `==>`, `=>`, `->`, an arrow, `=`,
     `returns`, `should return` (`true`/`false` as Python's); the value is the longest literal that follows
-    (a trailing `.` or comment dropped)."""
+    (a trailing `.` or comment dropped). And LeetCode's `Input: a = 1, b = [2]` / `Output: 3` lines, as
+    `f(1, [2]) == 3` and `Solution().f(1, [2]) == 3`."""
     keys, lines = set(), str(problem).splitlines()
     call_at = re.compile(rf"(?<![\w.]){re.escape(entry_point)}\(")
     for i, line in enumerate(lines):
         line = line.strip()
+        nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
         if line.startswith(">>>"):  # a doctest: the value is the next line
-            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
             cands = [f"assert {line[3:].strip()} == {nxt}"] if nxt and not nxt.startswith(">>>") else []
+        elif ((given := re.match(r"input\s*:\s*(.+)", line, re.I))
+              and (out := re.match(r"output\s*:\s*(.+)", nxt, re.I))):
+            cands = []  # LeetCode's `Input: nums = [2,7], target = 9` / `Output: [0,1]`: the arguments in order
+            try:
+                call = ast.parse(f"f({given.group(1)})", mode="eval").body
+                args = ", ".join(ast.unparse(a) for a in (*call.args, *(k.value for k in call.keywords)))
+                cands = [f"assert {f}({args}) == {out.group(1)}" for f in (entry_point, f"Solution().{entry_point}")]
+            except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, AttributeError):
+                pass
         else:
             cands = [line, "assert " + line.split(":", 1)[-1].strip()]
-            for m in call_at.finditer(line):
+            for m in list(call_at.finditer(line))[:20]:
                 depth, end = 0, None  # the call: from the name to its balanced closing parenthesis
                 for j in range(m.end() - 1, len(line)):
                     depth += {"(": 1, ")": -1}.get(line[j], 0)
@@ -89,7 +126,7 @@ def shown_tests(problem, entry_point):
                         break
                 arrow = ARROW.match(line, end) if end else None
                 if arrow:
-                    rest = line[arrow.end():]
+                    rest = line[arrow.end():][:400]  # (an example's value is short: bounded work per line)
                     cuts = [len(rest)] + [j for j in range(len(rest) - 1, 0, -1) if rest[j] in " #,;"]
                     for cut in cuts:  # the longest prefix that is a value
                         want = rest[:cut].strip().rstrip(".")
@@ -131,7 +168,8 @@ class Code(Task):
     coder's final program passes ALL the problem's own tests (in training: at most --train_tests of them,
     a fixed draw per problem). Rewards: coder team = success, local = fraction of those tests passed;
     tester local = 1 if the REFERENCE solution passes its test (0 if it fails it, if the problem has no
-    reference, or if the test copies the statement's example or a test already written; -1 for no test:
+    reference, or if the test copies an example the statement shows (shown_tests, shown_io) or a test
+    already written; -1 for no test:
     for a function, a test is `assert f(literals) == literal`, see pins), team = the coder's success.
     In training the coder sees (and "done" counts) only the generated tests the reference passes.
     Held out (val/test) the coder's tests stop at the first failure: success is all that is measured there.
@@ -164,7 +202,8 @@ class Code(Task):
             self.own_tests = [tests[i] for i in sorted(draw)]
         self.program, self.tests, self.failures = None, [], []  # generated tests, their failures
         ep = self.task.get("entry_point")
-        self.shown = shown_tests(self.task["problem"], ep) if ep else set()  # (clones share it: never mutated)
+        # the examples the statement shows, as test keys (shared by clones, never mutated)
+        self.shown = shown_tests(self.task["problem"], ep) if ep else shown_io(self.task["problem"])
 
     @staticmethod
     def rows(split, data):

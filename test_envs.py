@@ -4,6 +4,7 @@
 """
 import argparse
 import copy
+import json
 import pickle
 import random
 import re
@@ -795,3 +796,51 @@ def test_a_copy_of_a_humaneval_docstring_example_earns_the_tester_nothing():
     ep = e.task["entry_point"]
     assert e.clone().step("tester", "assert has_close_elements([1.0, 2.0, 3.0], 0.5) == 0") == 0.0
     assert e.clone().step("tester", "assert has_close_elements([1.0, 2.0, 3.0], 0.25) == 0") == 1.0  # new
+
+
+SUM = "n = int(input())\nprint(sum(map(int, input().split())))\n"
+STATEMENTS = {  # the sum of n integers, its examples as each source's statements show them
+    "codecontests": "You are given n integers. Print their sum.\n\nInput\n\nThe first line contains n. The second "
+                    "line contains n integers.\n\nOutput\n\nPrint the sum.\n\nExamples\n\nInput\n\n3\n1 2 3\n\n\n"
+                    "Output\n\n6\n\n\nInput\n\n2\n5 5\n\n\nOutput\n\n10\n\nNote\n\n1 + 2 + 3 = 6.",
+    "atcoder": "Print the sum of A_1, ..., A_N.\n\nInput\n\nThe input is given from Standard Input in the "
+               "following format:\nN\nA_1 ... A_N\n\nOutput\n\nPrint the answer.\n\nConstraints\n\n- 1 <= N <= 100"
+               "\n\nSample Input 1\n\n3\n1 2 3\n\nSample Output 1\n\n6\n\nThe sum is 1 + 2 + 3 = 6.\n\n"
+               "Sample Input 2\n\n2\n5 5\n\nSample Output 2\n\n10",
+    "apps": "Print the sum of n integers.\n\n-----Input-----\n\nThe first line contains n.\n\n-----Output-----\n\n"
+            "Print the sum.\n\n-----Examples-----\nInput\n3\n1 2 3\n\nOutput\n6\n\nInput\n2\n5 5\n\nOutput\n10\n\n"
+            "-----Note-----\n\nNothing to note.",
+    "codechef": "Print the sum.\n\n-----Example-----\nInput:\n3\n1 2 3  \nOutput:\n6\nInput:\n2\n5 5\nOutput:\n10",
+}
+LEETCODE = ("Given an array nums and an integer target, return the indices of the two numbers that add up to "
+            "target.\n\nExample 1:\n\nInput: nums = [2,7,11,15], target = 9\nOutput: [0,1]\nExplanation: "
+            "nums[0] + nums[1] == 9.\n\nExample 2:\n\nInput: nums = [3,2,4], target = 6\nOutput: [1,2]\n\n"
+            "Starter code:\n```python\nclass Solution:\n    def twoSum(self, nums, target):\n```")
+TWO_SUM = ("class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n        for i, x in enumerate(nums):\n"
+           "            if target - x in seen:\n                return [seen[target - x], i]\n            seen[x] = i\n")
+
+
+def test_a_copy_of_a_stdin_or_leetcode_statement_example_earns_the_tester_nothing(tmp_path):
+    """Stdin statements (CodeContests, AtCoder via LiveCodeBench, APPS) show their examples as Input /
+    Output blocks, LeetCode's as `Input: nums = [...], target = 9` / `Output: [...]`: only `f(x) == y`
+    examples counted as shown, so a tester that copied one of these was paid 1.0 for a new right test.
+    Each copy is now 0, noted, not kept; a test the statement does not show is still paid."""
+    path = tmp_path / "code.jsonl"
+    rows = [{"name": src, "problem": text, "kind": "stdin", "reference": SUM,
+             "tests": [{"input": "3\n1 2 3\n", "output": "6\n"}, {"input": "1\n7\n", "output": "7\n"}]}
+            for src, text in STATEMENTS.items()]
+    rows.append({"name": "two-sum", "problem": LEETCODE, "kind": "function", "reference": TWO_SUM,
+                 "entry_point": "twoSum", "tests": ["assert Solution().twoSum([2, 7, 11, 15], 9) == [0, 1]"]})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    for i, src in enumerate(STATEMENTS):
+        e = envs.make("code", "train", i, data=str(path))
+        for cp in ("Input:\n3\n1 2 3\nOutput:\n6", "Input:\n2\n5 5\nOutput:\n10", "input: 2\n5 5\noutput: 10\n"):
+            c = e.clone()
+            assert c.step("tester", cp) == 0.0 and c.tests == [] and c.notes["tester/copied"] == [1, 1], (src, cp)
+        assert e.clone().step("tester", "Input:\n2\n5 6\nOutput:\n11") == 1.0, src  # not shown: new and right
+    e = envs.make("code", "train", len(STATEMENTS), data=str(path))
+    for cp in ("assert Solution().twoSum([2,7,11,15], 9) == [0,1]", "assert Solution().twoSum([3, 2, 4], 6) == [1, 2]",
+               "assert twoSum([3, 2, 4], 6) == [1, 2]"):
+        c = e.clone()
+        assert c.step("tester", cp) == 0.0 and c.tests == [] and c.notes["tester/copied"] == [1, 1], cp
+    assert e.clone().step("tester", "assert Solution().twoSum([1, 5, 9], 14) == [1, 2]") == 1.0  # new and right
