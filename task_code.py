@@ -70,8 +70,8 @@ IO_LABEL = re.compile(r"^[-\s]*(?:sample\s+|example\s+)?(input|output)(?:\s*\d+)
 def shown_io(problem):
     """The keys (pins) of the stdin examples a statement shows: each block under an input label with the
     block under the output label right after it. A block ends at the next label or a `-----` line; as it may
-    run on into prose (AtCoder's explanation after a sample, a `Note`), each of its first paragraphs is a
-    candidate (a key that no test matches costs nothing; a section heading's prose is one such)."""
+    run on into prose (AtCoder's explanation after a sample, a `Note`), its first paragraph, its first two,
+    ... are candidates (a key that no test matches costs nothing; a section heading's prose is one such)."""
     blocks, cur = [], None
     for line in str(problem).splitlines():
         if m := IO_LABEL.match(line):
@@ -81,8 +81,10 @@ def shown_io(problem):
             cur = None
         elif cur:
             cur[1].append(line.rstrip())
-    paragraphs = lambda b: (lambda p: ["\n\n".join(p[:k]) for k in range(1, min(len(p), 4) + 1)])(
-        re.split(r"\n\s*\n", "\n".join(b).strip("\n")))
+
+    def paragraphs(block):  # its first 1, 2, 3 and 4 paragraphs
+        parts = re.split(r"\n\s*\n", "\n".join(block).strip("\n"))
+        return ["\n\n".join(parts[:k]) for k in range(1, min(len(parts), 4) + 1)]
     return frozenset(pins({"input": i, "output": o}) for (a, x), (b, y) in zip(blocks, blocks[1:])
                      if (a, b) == ("input", "output") for i in paragraphs(x) for o in paragraphs(y))
 
