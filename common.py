@@ -74,7 +74,7 @@ def gpu_full(args, step, rank=0):
     try:
         yield
     except torch.OutOfMemoryError as e:
-        ck = latest_checkpoint(args.out_dir) if os.path.isdir(args.out_dir) else None
+        ck = latest_checkpoint(args.out_dir)
         what = (str(e).strip().splitlines() or ["torch.OutOfMemoryError"])[0][:240]
         die(f"step {step}{f' (rank {rank})' if rank else ''}: out of GPU memory: {what}. "
             + (f"--resume continues from {ck}" if ck else "no checkpoint yet (--save_every)")

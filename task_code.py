@@ -133,8 +133,8 @@ def shown_tests(problem, entry_point):
                     for cut in cuts:  # the longest prefix that is a value
                         want = rest[:cut].strip().rstrip(".")
                         want = {"true": "True", "false": "False"}.get(want, want)
-                        if pins(cand := f"assert {line[m.start():end]} == {want}", entry_point) is not None:
-                            cands.append(cand)
+                        if (k := pins(f"assert {line[m.start():end]} == {want}", entry_point)) is not None:
+                            keys.add(k)
                             break
         for cand in cands:
             if (k := pins(cand, entry_point)) is not None:

@@ -760,8 +760,8 @@ def test_a_copied_test_earns_the_tester_nothing():
 
 # an example a statement shows, as HumanEval's docstrings write them: `>>> call` then its value on the next
 # line, or `call SEP value` with SEP one of their arrows and words (the test's own reading, not task_code's)
-SHOWN = re.compile(r"^\s*(?:[*-]\s*|for\s+)?({ep}\(.*\))\s*(?:#\s*)?(?:==>|==|=>|->|\u279e|=|returns|should return)"
-                   r"\s*(.+?)\.?\s*$")
+SHOWN = (r"^\s*(?:[*-]\s*|for\s+)?({ep}\(.*\))\s*(?:#\s*)?(?:==>|==|=>|->|\u279e|=|returns|should return)"
+         r"\s*(.+?)\.?\s*$")  # {ep}: the entry point
 
 
 def statement_examples(problem, ep):
@@ -770,7 +770,7 @@ def statement_examples(problem, ep):
         s = ln.strip()
         if s.startswith(">>>") and i + 1 < len(lines) and lines[i + 1].strip() and ep + "(" in s:
             out.append((s[3:].strip(), lines[i + 1].strip()))
-        elif (m := re.match(SHOWN.pattern.format(ep=re.escape(ep)), s)) and not s.startswith(">>>"):
+        elif (m := re.match(SHOWN.format(ep=re.escape(ep)), s)) and not s.startswith(">>>"):
             out.append((m.group(1), {"true": "True", "false": "False"}.get(m.group(2), m.group(2))))
     return [f"assert {call} == {want}" for call, want in out]
 
