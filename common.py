@@ -417,6 +417,38 @@ def first_line(e):
     return (getattr(e, "strerror", None) or str(e) or type(e).__name__).splitlines()[0]
 
 
+# ---- loading a model directory: a broken one is one line ----------------------------------------------
+LOAD_ERRORS = (OSError, SafetensorError)
+
+
+def load_tokenizer(model_dir):
+    """AutoTokenizer, refused when it encodes text to nothing: from a directory without tokenizer.json /
+    tokenizer_config.json, transformers builds an EMPTY tokenizer out of config.json alone, and every prompt
+    then failed deep inside the engine ("The decoder prompt cannot be empty") or sampled from no context."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if not tok("a 1", add_special_tokens=False).input_ids:
+        raise OSError(f"{model_dir} has no usable tokenizer (text encodes to no tokens: tokenizer.json / "
+                      "tokenizer_config.json missing?); copy them from the model it was trained from")
+    return tok
+
+
+def load_error(e, dirs):
+    """One line for a LOAD_ERRORS raised while loading from dirs. safetensors does not name the file it
+    could not read (e.g. cut short by a download or a copy): the first unreadable *.safetensors under them."""
+    if isinstance(e, SafetensorError):
+        from safetensors import safe_open
+        for f in sorted(os.path.join(r, n) for d in dirs for r, _, ns in os.walk(d) for n in ns
+                        if n.endswith(".safetensors")):
+            try:
+                with safe_open(f, "pt") as g:
+                    g.keys()
+            except Exception as bad:  # noqa: BLE001 (whatever stops safetensors, named)
+                return (f"cannot read {f} ({first_line(bad)}): the file is cut short or damaged (an interrupted "
+                        "download or copy?)")
+    return f"cannot load model from {', '.join(dirs)}: {first_line(e)}"
+
+
 def kill_point(point, step, f=None, text=""):
     """Test hook of test_faults.py, inert otherwise: with ATGRPO_KILL_AT=POINT:STEP in the environment,
     this process SIGKILLs itself on reaching `point` at training step `step` (with a file `f`: after

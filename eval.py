@@ -30,11 +30,11 @@ import sys
 import time
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
 
 import rollout
 import tiny
-from common import Parser, add_common_args, die, make_env, parse_args, problem_count
+from common import LOAD_ERRORS, Parser, add_common_args, die, load_error, load_tokenizer, make_env, parse_args, problem_count
 
 
 def resolve_models(model, role_models, roles):
@@ -87,7 +87,7 @@ def merge(adapter_dir, out, base=None):
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     merged.save_pretrained(out)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    load_tokenizer(base).save_pretrained(out)
     print(f"wrote {out} ({base} + {adapter_dir})")
     return out
 
@@ -107,8 +107,11 @@ def run_eval(args):
     if any(is_adapter(d) for d in dirs.values()):
         return run_eval_adapters(args, roles, dirs, t0)
     names = sorted(set(dirs.values()))
-    models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, args.dtype)).eval() for d in names}
-    tok = AutoTokenizer.from_pretrained(dirs[roles[0]])
+    try:  # a missing or broken model directory: one line
+        models = {d: AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, args.dtype)).eval() for d in names}
+        tok = load_tokenizer(dirs[roles[0]])
+    except LOAD_ERRORS as e:
+        die(load_error(e, names))
     shapes = {d: shape(models[d].config) for d in names}
     if len(set(shapes.values())) > 1:  # one engine serves every role: their weights must fit one model
         die("the roles' models differ in shape (one engine serves every role): "
@@ -139,7 +142,7 @@ def run_eval_adapters(args, roles, dirs, t0):
     names = {d: f"adapter{i}" for i, d in enumerate(adapters)}  # not the path: peft reads a '.' as a module path
     for d in adapters:
         engine.load_adapter(names[d], read_adapter(d).items(), configs[d])
-    tok = AutoTokenizer.from_pretrained(base)
+    tok = load_tokenizer(base)
     sampler = rollout.Sampler(engine, tok, lambda role: names.get(dirs[role]), None, overrides=args.role_sampling)
     return finish(args, sampler, context, {**dirs, "base": base}, t0)
 

@@ -199,6 +199,32 @@ def test_stale_tiny_model_is_refused(tmp_path):
     assert (d / "tiny.json").exists()  # never deleted for the user
 
 
+@pytest.mark.parametrize("broken, says", [
+    # copied without its tokenizer files: transformers builds an EMPTY tokenizer from config.json alone, every
+    # prompt encodes to no tokens, and vLLM failed deep inside on "The decoder prompt cannot be empty"
+    (("tokenizer.json", "tokenizer_config.json"), "no usable tokenizer"),
+    (("model.safetensors",), "model.safetensors"),  # a download or copy cut short: safetensors' own traceback
+])
+def test_a_model_dir_missing_its_tokenizer_or_with_torn_weights_is_one_line(broken, says, tiny_dir, tmp_path):
+    import shutil
+    d = tmp_path / "model"
+    shutil.copytree(tiny_dir, d)
+    for f in broken:
+        if f.endswith(".safetensors"):
+            os.truncate(d / f, 1000)
+        else:
+            os.remove(d / f)
+    out = tmp_path / "run"
+    for p in (run([*BASE, "--model", str(d), "--engine", "hf", "--steps", "1", "--eval_n", "0", "--out_dir", str(out)],
+                  check=False),
+              subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), "--task", "plan_path", "--model", str(d),
+                              "--n", "2", "--engine", "hf"], capture_output=True, text=True, cwd=HERE, timeout=600)):
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+        assert says in last and str(d) in last, last
+    assert not (out / "metrics.jsonl").exists()
+
+
 @pytest.mark.slow
 def test_torchrun_one_process(tiny_dir, tmp_path):
     out = str(tmp_path / "tr")

@@ -31,7 +31,7 @@ import time
 
 import torch
 from tqdm import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 import grouping
 import loss
@@ -41,9 +41,9 @@ import rollout
 import smol
 import tiny
 import track
-from common import (PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, barrier, die, gpu_full,
-                    init_distributed, kill_point, latest_checkpoint, load_checkpoint, make_env, parse_args, problem_count,
-                    rng_states, save_checkpoint, set_rng_states, task_roles, trim_metrics, write_json)
+from common import (LOAD_ERRORS, PRESETS, Parser, add_common_args, all_reduce_, all_reduce_sums, barrier, die, gpu_full,
+                    init_distributed, kill_point, latest_checkpoint, load_checkpoint, load_error, load_tokenizer, make_env,
+                    parse_args, problem_count, rng_states, save_checkpoint, set_rng_states, task_roles, trim_metrics, write_json)
 
 
 def get_args(argv=None):
@@ -382,10 +382,10 @@ def load_model(args, model_dir, roles, ckpt, device, world, log):
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(args.device, (world,))
     try:
-        tok = AutoTokenizer.from_pretrained(model_dir)
+        tok = load_tokenizer(model_dir)
         policies = load_policies(args, model_dir, P.policy_names(roles, args.policies), ckpt, device, mesh)
-    except OSError as e:
-        die(f"cannot load model {args.model!r}: {str(e).splitlines()[0]}")
+    except LOAD_ERRORS as e:  # a missing or broken model directory (or checkpoint)
+        die(load_error(e, [model_dir] + [ckpt] * bool(ckpt)))
     except ValueError as e:  # e.g. --attention flex where it cannot train
         die(str(e).splitlines()[0])
     model = next(iter(policies.values())).model
