@@ -65,11 +65,14 @@ class Sample:
 
 def encode_prompt(tok, messages):
     """Chat messages -> prompt token ids (generation prompt added; Qwen3 thinking off). A tokenizer without
-    a chat template (a base model's) is a one-line error naming the fix (common.die)."""
+    a chat template (a base model's) is a one-line error naming the fix (common.die). Text spelling a special
+    token (a role's output, a statement) stays text, a zero-width space inside: it forged turns otherwise."""
     if not getattr(tok, "chat_template", None):
         from common import die  # lazily: common imports the tasks, not this file
         die(f"the tokenizer of {getattr(tok, 'name_or_path', '') or 'this model'} has no chat template (a base "
             "model?): use an instruct/chat model, or add one (chat_template.jinja next to tokenizer_config.json)")
+    for m in (t.content for t in tok.added_tokens_decoder.values() if t.special and len(t.content) > 1):
+        messages = [dict(x, content=x["content"].replace(m, m[0] + "\u200b" + m[1:])) for x in messages]
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, enable_thinking=False)
     if hasattr(ids, "keys"):  # transformers v5 returns a BatchEncoding by default
         ids = ids["input_ids"]
@@ -296,8 +299,7 @@ def make_engine(kind, model_dir, **kw):
 class Sampler:
     """One engine serving every policy. Before generating for a role, the engine must hold that role's
     policy weights: `weights(name)` gives them, and the switch is pushed (and timed) only when needed.
-    weights=None: LoRA, every policy is an adapter already in the engine (route(role): its name, None =
-    the base); nothing is pushed here.
+    weights=None: LoRA, every policy is an adapter in the engine (route(role): its name, None = the base).
     `overrides`: per-role sampling, {role: {"temperature": t, "max_tokens": n}}, replacing the caller's
     values for that role (train.py / eval.py --role_sampling); every completion records its temperature.
     `sync_s` (weight pushes) and `env_s` (env steps, see step_envs) add up seconds; callers take differences."""
