@@ -18,14 +18,19 @@ SOLUTION = ast.dump(ast.parse("Solution()", mode="eval").body)
 
 
 def canon(value):
-    """An expected value as `==` sees it: True is 1, 6.0 is 6 (a test expecting either pins the same
-    outputs), recursively through containers; a tuple stays apart from a list (they are never ==)."""
+    """A literal as `==` sees it, hashable and the same however it is spelt: True is 1, 6.0 is 6, a dict's
+    items and a set's members in any order (a test expecting either pins the same outputs), recursively; a
+    tuple stays apart from a list (they are never ==)."""
     if isinstance(value, bool) or isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
         return int(value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return type(value)(canon(v) for v in value)
+    if isinstance(value, complex) and not value.imag:
+        return canon(value.real)
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, tuple(canon(v) for v in value)
     if isinstance(value, dict):
-        return {canon(k): canon(v) for k, v in value.items()}
+        return "dict", tuple(sorted(((canon(k), canon(v)) for k, v in value.items()), key=repr))
+    if isinstance(value, (set, frozenset)):
+        return "set", tuple(sorted((canon(v) for v in value), key=repr))
     return value
 
 
@@ -33,11 +38,12 @@ def pins(test, entry_point=None):
     """What a test pins, the same however it is spelt: a function test must be `assert ENTRY(literals) ==
     literal` (the sides either way round), else None: anything else can hold for every program (`f(x) ==
     f(x)`, `... or True`, a computed or unequal expectation) and would pay the tester for testing nothing.
-    The key is the call's syntax tree and the expected value as == sees it (canon). A stdin test: its
-    input (trailing spaces aside) and output (whitespace aside)."""
+    The key: ("call", the callee's syntax tree, the arguments and keyword arguments and the expected value
+    as == sees them (canon)); `bind` puts keywords in their places. A stdin test: its input and output,
+    whitespace inside a line aside."""
     if isinstance(test, dict):
         lines = str(test.get("input", "")).strip().splitlines()
-        return "\n".join(ln.rstrip() for ln in lines), " ".join(str(test.get("output", "")).split())
+        return "\n".join(" ".join(ln.split()) for ln in lines), " ".join(str(test.get("output", "")).split())
     try:
         body = ast.parse(test).body
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
@@ -51,14 +57,55 @@ def pins(test, entry_point=None):
                        isinstance(f, ast.Attribute) and f.attr == entry_point and ast.dump(f.value) == SOLUTION)
     for call, want in ((t.left, t.comparators[0]), (t.comparators[0], t.left)):
         if isinstance(call, ast.Call) and entry(call.func):
+            if not all(k.arg for k in call.keywords):  # (no **mapping)
+                return None
             try:
-                for x in (*call.args, *(k.value for k in call.keywords)):
-                    ast.literal_eval(x)
-                value = repr(canon(ast.literal_eval(want)))
+                args = tuple(canon(ast.literal_eval(x)) for x in call.args)
+                kw = tuple(sorted((k.arg, canon(ast.literal_eval(k.value))) for k in call.keywords))
+                return "call", ast.dump(call.func), args, kw, canon(ast.literal_eval(want))
             except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                 return None
-            return (ast.dump(call), value) if all(k.arg for k in call.keywords) else None  # (no **mapping)
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def params(reference, entry_point):
+    """The entry point's parameters in the reference solution: (names in order, {name: canon(default)} for
+    literal defaults), a method's `self` left out; None where it cannot be read."""
+    try:
+        defs = [(n, c) for c in ast.walk(ast.parse(reference or "")) for n in ast.iter_child_nodes(c)
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not defs:
+        return None
+    fn, parent = defs[0]
+    a = fn.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args)][1 if isinstance(parent, ast.ClassDef) else 0:]
+    defaults = {}
+    for name, d in zip(names[len(names) - len(a.defaults):], a.defaults):
+        try:
+            defaults[name] = canon(ast.literal_eval(d))
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            pass
+    return tuple(names), defaults
+
+
+def bind(key, params):
+    """A function test's key as the call binds to `params`: keyword arguments in their positions, defaults
+    filled in (`f(xs=[1])`, `f([1], 2)` and `f([1])` with `k=2` are one test). Unchanged where they do not bind."""
+    if not params or not key or key[0] != "call":
+        return key
+    _, callee, args, kw, want = key
+    (names, defaults), kw, args = params, dict(kw), list(args)
+    for name in names[len(args):]:
+        if name in kw:
+            args.append(kw.pop(name))
+        elif name in defaults:
+            args.append(defaults[name])
+        else:
+            return key
+    return "call", callee, tuple(args), tuple(sorted(kw.items())), want
 
 
 # a line that opens an example's input or output in a stdin statement: CodeContests' `Input`, AtCoder's
@@ -206,6 +253,7 @@ class Code(Task):
         ep = self.task.get("entry_point")
         # the examples the statement shows, as test keys (shared by clones, never mutated)
         self.shown = shown_tests(self.task["problem"], ep) if ep else shown_io(self.task["problem"])
+        self.params = params(self.task.get("reference"), ep) if ep else None  # to bind a test's keywords
 
     @staticmethod
     def rows(split, data):
@@ -251,8 +299,8 @@ class Code(Task):
         ep = self.task.get("entry_point")
         test = parse_test(text, self.task["kind"], ep)
         # a copy of the statement's example or of a test already written tests nothing new: 0, and not kept
-        seen = {pins(t, ep) for t in self.tests} | self.shown
-        copied = test is not None and pins(test, ep) in seen
+        seen = {bind(k, self.params) for k in ({pins(t, ep) for t in self.tests} | self.shown)}
+        copied = test is not None and bind(pins(test, ep), self.params) in seen
         self.note("tester/copied", copied)
         if test is None or copied:
             local = -1.0 if test is None else 0.0

@@ -774,6 +774,32 @@ def test_a_copied_test_earns_the_tester_nothing():
     assert e.notes["tester/copied"] == [1, 2] and e.notes["tester/right"] == [1, 2]
 
 
+def test_a_test_respelt_as_equal_earns_the_tester_nothing():
+    """A test already written, respelt so that `==` and the call cannot tell it apart, tests nothing new:
+    an argument by keyword or a default spelt out, an int as a float, a dict's items or a set's members in
+    another order, a stdin input's spacing. Each was paid 1.0 again as a new right test; now 0 and a copy,
+    while a test of another input is still new."""
+    import task_code as T
+    ref = "def f(xs, k=2):\n    return {'n': len(xs) * k, 'set': set(xs)}\n"
+    e = envs.make("code", "train", 3, data="funcs", max_turns=9)
+    e.task = dict(e.task, entry_point="f", reference=ref, problem="Write f.", tests=["assert f([1]) == {'n': 2, 'set': {1}}"])
+    e.shown, e.params = frozenset(), T.params(ref, "f")
+    first = "assert f([1, 2]) == {'n': 4, 'set': {1, 2}}"
+    assert e.step("tester", first) == 1.0
+    for again in ("assert f(xs=[1, 2]) == {'n': 4, 'set': {1, 2}}", "assert f([1, 2], 2) == {'n': 4, 'set': {1, 2}}",
+                  "assert f([1, 2], k=2) == {'n': 4, 'set': {1, 2}}", "assert f([1.0, 2]) == {'n': 4, 'set': {1, 2}}",
+                  "assert f([1, 2]) == {'set': {2, 1}, 'n': 4}", "assert f([True, 2]) == {'n': 4.0, 'set': {1, 2}}",
+                  "assert {'set': {2, 1}, 'n': 4} == f([1, 2])"):
+        c = e.clone()
+        assert c.step("tester", again) == 0.0 and c.notes["tester/copied"] == [1, 2], again
+    assert e.step("tester", "assert f([1, 2], 3) == {'n': 6, 'set': {1, 2}}") == 1.0  # another input: new
+    assert e.step("tester", "assert f([2, 1]) == {'n': 4, 'set': {1, 2}}") == 1.0  # a list's order matters
+    io = {"input": "3\n1 2 3\n", "output": "6\n"}
+    for same in ({"input": "3\n1  2 3  \n\n", "output": "6\n"}, {"input": " 3\n1 2\t3", "output": " 6 "}):
+        assert T.pins(same) == T.pins(io), same
+    assert T.pins({"input": "3\n1 2 4\n", "output": "6\n"}) != T.pins(io)
+
+
 # an example a statement shows, as HumanEval's docstrings write them: `>>> call` then its value on the next
 # line, or `call SEP value` with SEP one of their arrows and words (the test's own reading, not task_code's)
 SHOWN = (r"^\s*(?:[*-]\s*|for\s+)?({ep}\(.*\))\s*(?:#\s*)?(?:==>|==|=>|->|\u279e|=|returns|should return)"
