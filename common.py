@@ -66,17 +66,17 @@ def die(msg):
 
 
 @contextlib.contextmanager
-def gpu_full(args, step, rank=0):
-    """A training step that runs out of GPU memory ends the run with one line: the step, the checkpoint a
-    --resume continues from (nothing of this step was written), and the flags that make room; not a traceback
-    from deep inside the update or vLLM. The plan (train.py --plan) predicts it; this names the fix when it
+def gpu_full(args, where, rank=0):
+    """A training step (or an evaluation) that runs out of GPU memory ends the run with one line: `where`, the
+    checkpoint a --resume continues from (nothing of this step was written), and the flags that make room; not
+    a traceback from deep inside the update or vLLM. The plan (train.py --plan) predicts it; this names the fix when it
     was wrong (a longer response than planned, another process on the GPU, fragmentation)."""
     try:
         yield
     except torch.OutOfMemoryError as e:
         ck = latest_checkpoint(args.out_dir)
         what = (str(e).strip().splitlines() or ["torch.OutOfMemoryError"])[0][:240]
-        die(f"step {step}{f' (rank {rank})' if rank else ''}: out of GPU memory: {what}. "
+        die(f"{where}{f' (rank {rank})' if rank else ''}: out of GPU memory: {what}. "
             + (f"--resume continues from {ck}" if ck else "no checkpoint yet (--save_every)")
             + f"; to make room: --micro_tokens (now {args.micro_tokens}) or --max_tokens (now {args.max_tokens}) "
             f"lower, --gpu_memory_utilization (the engine's share, now {args.gpu_memory_utilization}) lower, "

@@ -264,6 +264,35 @@ def test_a_full_gpu_is_one_line_naming_the_fix_and_resume_continues(warm_dir, tm
     assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000002")
 
 
+def test_a_full_gpu_in_the_final_evaluation_is_one_line_and_resume_evaluates(warm_dir, tmp_path, monkeypatch, capsys):
+    """The same in an evaluation (the engine generates there too, woken from --sleep 1): one line, not a
+    traceback; the last step's checkpoint is written before the evaluation after training, and a --resume
+    of the finished steps makes that evaluation."""
+    import rollout
+    import train
+    out = str(tmp_path / "run")
+    argv = BASE + ["--model", warm_dir, "--engine", "hf", "--steps", "1", "--out_dir", out, "--eval_n", "2"]
+    real, calls = rollout.evaluate, []
+
+    def oom_after(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:  # the evaluation after training
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return real(*a, **k)
+    monkeypatch.setattr(rollout, "evaluate", oom_after)
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    monkeypatch.undo()
+    stderr = capsys.readouterr().err
+    err = [x for x in stderr.splitlines() if "error:" in x]
+    assert e.value.code == 2 and len(err) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    ck = os.path.join(out, "ckpt-000001")
+    assert "evaluation" in err[0] and "out of GPU memory" in err[0] and f"--resume continues from {ck}" in err[0], err
+    train.main(argv + ["--resume"])
+    s = json.load(open(os.path.join(out, "summary.json")))
+    assert "before" in s["eval"] and "after" in s["eval"]
+
+
 # ---- kill anywhere, lose nothing ------------------------------------------------------------------------
 POINTS = ("rollout", "update", "metrics", "samples", "ckpt", "rename", "prune")  # in the order a step reaches them
 # what a kill interrupts, most telling first: a checkpoint write, a line append, the step's work, an evaluation

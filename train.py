@@ -252,9 +252,9 @@ def evaluate(args, sampler, engine, proto, max_prompt_tokens, rank, world, chose
     # a role's max_tokens is part of the workflow; its training temperature is not (the protocol's is used)
     train_overrides = sampler.overrides
     sampler.overrides = {r: {k: v for k, v in o.items() if k == "max_tokens"} for r, o in train_overrides.items()}
-    r = rollout.evaluate(lambda j: mine[j][2].clone(), len(mine), sampler, proto["temperature"],
-                         args.max_tokens, proto["samples"], max_prompt_tokens, seed=args.seed + rank,
-                         workers=args.env_workers)
+    with gpu_full(args, "an evaluation", rank):  # the engine generates here too (woken, with --sleep 1)
+        r = rollout.evaluate(lambda j: mine[j][2].clone(), len(mine), sampler, proto["temperature"], args.max_tokens,
+                             proto["samples"], max_prompt_tokens, seed=args.seed + rank, workers=args.env_workers)
     sampler.overrides = train_overrides
     engine.reset_cache()
     episodes, passk = r["episodes"], f"pass@{proto['samples']}"
@@ -569,7 +569,7 @@ def main(argv=None):
 
     for step in tqdm(range(start, args.steps), desc="train", disable=not master, initial=start, total=args.steps):
         # 1-4. rollout -> groups and advantages -> one update per policy -> new weights to the engine
-        with gpu_full(args, step + 1, rank):  # a full GPU: one line naming the fix, the last checkpoint kept
+        with gpu_full(args, f"step {step + 1}", rank):  # a full GPU: one line naming the fix, the last checkpoint kept
             m, samples = train_step(args, step, sampler, engine, policies, replicas, streams, objective, roles,
                                     device, rank, world, max_prompt_tokens)
         if planned and step == start:  # the plan next to what the first step took
