@@ -263,7 +263,9 @@ def math_equal(pred, gold):
     any thread; never raises; at most 9 s of the helper's CPU time for a pathological input (VERIFY_LIMIT,
     60 s of wall time, for one that hangs in C code; plus any wait for a free helper); False when the
     helper gives no verdict (stalled or dead), without caching it; out of CPU is wrong, and cached."""
-    try:
+    try:  # far past MAX_ANSWER is no answer, before any search (_clean's are quadratic on whitespace runs)
+        if any(isinstance(x, str) and len(x.strip()) > 2 * MAX_ANSWER for x in (pred, gold)):
+            return False
         p, g = _clean(pred), _clean(gold)
         if not p or not g or len(p) > MAX_ANSWER or len(g) > MAX_ANSWER:  # an "answer" that long is not one
             return False

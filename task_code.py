@@ -200,10 +200,14 @@ def parse_test(text, kind, entry_point=None):
         lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("assert ")]
         lines = [ln for ln in lines if pins(ln, entry_point) is not None]
         return lines[-1] if lines else None
-    m = re.search(r"input\s*:?\s*\n?(.*?)\n?\s*(?:expected\s+)?output\s*:?\s*\n?(.*)", text, flags=re.S | re.I)
-    if not m or not m.group(2).strip():
+    # the first `input` label, then the first `[expected] output` after it; two searches, each linear (one
+    # pattern spanning both restarted at every `input`: quadratic on a reply that repeats it)
+    given = re.search(r"input\s*:?", text, flags=re.I)
+    out = given and re.search(r"(?:expected\s+)?output\s*:?", text[given.end():], flags=re.I)
+    if not out or not text[given.end() + out.end():].strip():
         return None
-    return {"input": m.group(1).strip() + "\n", "output": m.group(2).strip() + "\n"}
+    return {"input": text[given.end():given.end() + out.start()].strip() + "\n",
+            "output": text[given.end() + out.end():].strip() + "\n"}
 
 
 def show_test(test):

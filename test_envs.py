@@ -886,3 +886,19 @@ def test_a_copy_of_a_stdin_or_leetcode_statement_example_earns_the_tester_nothin
         c = e.clone()
         assert c.step("tester", cp) == 0.0 and c.tests == [] and c.notes["tester/copied"] == [1, 1], cp
     assert e.clone().step("tester", "assert Solution().twoSum([1, 5, 9], 14) == [1, 2]") == 1.0  # new and right
+
+
+def test_a_degenerate_tester_reply_is_parsed_in_linear_time():
+    """RL collapses into repetition: a tester reply of `input` said thousands of times with no `output`
+    made the stdin test's search start over at every `input` (quadratic: 6 CPU-s at 20,000 characters, in
+    the trainer's process, holding the GIL for every env thread). CPU time, not wall time, with a margin
+    of ~100x: load does not change it. The test it reads is unchanged."""
+    import time
+    from task_code import parse_test
+    for junk in ("input " * 8000, "Input:\n" * 6000, "input" + " " * 40000 + "expected" + " " * 40000, "expected " * 8000):
+        t = time.process_time()
+        assert parse_test(junk, "stdin") is None
+        assert time.process_time() - t < 2.0, junk[:20]
+    assert parse_test("Input:\n3\n1 2 3\nExpected output: 6", "stdin") == {"input": "3\n1 2 3\n", "output": "6\n"}
+    assert parse_test("input 5 output", "stdin") is None and parse_test("a\nINPUT\n1\nOUTPUT\n2\nmore", "stdin") == {
+        "input": "1\n", "output": "2\nmore\n"}

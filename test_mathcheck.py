@@ -270,3 +270,14 @@ def test_out_of_cpu_is_cached_as_wrong(monkeypatch):
         for h in pool.helpers:
             h.close()
         mathcheck._verified.cache_clear()
+
+
+def test_a_degenerate_answer_is_judged_in_linear_time():
+    """RL collapses into repetition: an answer of thousands of spaces or `or`s reached _clean's searches,
+    which started over at every position of a whitespace run (quadratic: 0.8 CPU-s at 5,000 characters,
+    in the trainer's process, holding the GIL for every env thread). An answer far past MAX_ANSWER is no
+    answer before any search. CPU time, not wall time, with a margin of ~100x: load does not change it."""
+    for junk in ("a" + " " * 40000 + "=", "1" + " or" * 20000, "x" + "\\quad " * 8000 + "=", "$" * 40000 + "7"):
+        t = time.process_time()
+        assert mathcheck.math_equal(junk, "7") is False and mathcheck.math_equal("7", junk) is False
+        assert time.process_time() - t < 2.0, junk[:20]
