@@ -190,6 +190,8 @@ def main(argv=None):
         return merge(args.merge.rstrip("/"), args.out or args.merge.rstrip("/") + "-merged", args.base)
     if args.model is None:
         die("--model is required")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):  # before, not after, the work
+        die(f"--json {args.json}: no such directory")
     args.model = tiny.resolve_model(args)  # tiny / smollm2 (a preset's): the directory train.py starts from
     proto = rollout.eval_protocol(args.task)  # train.py --eval_n uses the same
     args.samples = proto["samples"] if args.samples is None else args.samples
@@ -208,9 +210,13 @@ def main(argv=None):
     for k in [f"pass@{args.samples}", "turns", "tokens", "wall_s"] + [k for k in res if k.startswith(("reward/", "notes/"))]:
         v = res[k]
         print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+    if args.json:  # whole or not at all (table.py reads it back); a failed write is one line, the results above
+        try:
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(res, f, indent=1)
+            os.replace(args.json + ".tmp", args.json)
+        except OSError as e:
+            die(f"cannot write --json {args.json}: {e.strerror or e}; the results are printed above")
     return res
 
 

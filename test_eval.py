@@ -90,6 +90,10 @@ def test_bad_input(tmp_path, ckpt, other_shape):
     assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr
     p = run(["--plot", str(tmp_path)])
     assert p.returncode == 2 and "metrics.jsonl" in p.stderr
+    # a --json nobody can write: refused before the evaluation (it was a traceback after it, its results lost)
+    p = run(ARGS + ["--model", ckpt, "--engine", "hf", "--json", str(tmp_path / "no" / "such" / "e.json")])
+    assert p.returncode == 2 and "--json" in p.stderr and "no such directory" in p.stderr, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "success" not in p.stdout
 
 
 @pytest.mark.parametrize("preset, want", [("cpu-demo", (1, 0.0)), ("cpu-demo-math", (5, 0.6))])
