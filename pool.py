@@ -1,19 +1,16 @@
-"""Where a job runs: the bubblewrap namespace (_bwrap), the fallback without it (_fallback), the job's own
-cgroup (_Cgroup), and sandbox.run's default path, the worker pool: worker processes, one bubblewrap namespace
-each, each holding a warm interpreter that forks every job into fresh PID, mount, IPC and cgroup namespaces
-of its own (own /tmp tmpfs, own /proc, the program is their PID 1: whatever it leaves dies with it); how,
-and why each property holds per job: the comment above _SERVER. The pool starts workers, hands one a job
-(its header and pipes), reads how the job ended and kills a job or a worker. What a job may do and the
-driver that enforces it on every path (limits, the watch, the kill) are sandbox.py's, which imports this
-file (this file imports nothing of it), probes the pool once and falls back to one namespace per run where
-it fails. Workers are started by one long-lived thread: they outlive the callers' threads and die with the
-process.
+"""Where a job runs: the bubblewrap namespace (_bwrap), the fallback without it (_fallback), and sandbox.run's
+default path, the worker pool: worker processes, one bubblewrap namespace each, each holding a warm interpreter
+that forks every job into fresh PID, mount, IPC and cgroup namespaces of its own (own /tmp tmpfs, own /proc,
+the program is their PID 1: whatever it leaves dies with it); how, and why each property holds per job: the
+comment above _SERVER. The pool starts workers (each in a cgroup of its own, cgroup.py), hands one a job (its
+header and pipes), reads how the job ended and kills a job or a worker. What a job may do and the driver that
+enforces it on every path (limits, the watch, the kill) are sandbox.py's, which imports this file (this file
+imports nothing of it), probes the pool once and falls back to one namespace per run where it fails. Workers
+are started by one long-lived thread: they outlive the callers' threads and die with the process.
 
     python -m pytest -q test_sandbox.py
 """
 import ctypes
-import errno
-import itertools
 import json
 import os
 import queue
@@ -27,7 +24,8 @@ import time
 import warnings
 from functools import lru_cache
 
-ROOT = os.geteuid() == 0
+from cgroup import ROOT, _Cgroup, _cgroup, _cgroups, _counts_memory, _counts_pids  # noqa: F401 (tests use them here)
+
 TMPFS_BYTES = 64 << 20  # all a bwrap-sandboxed program may write
 # numpy's OpenBLAS (and OpenMP, MKL, ...) would start one thread per core: each counts against the job's CPU
 # limit and adds stack and buffers to its address space (12+ threads exceed 512 MiB): one thread, everywhere
@@ -37,10 +35,9 @@ PATH = {"PATH": "/usr/bin:/bin", **ONE_THREAD}
 PYTHON_DIRS = sorted({d for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                                   os.path.dirname(os.path.realpath(sys.executable)))  # a venv and its Python
                       if d.split("/")[1] not in ("usr", "etc")}, key=len)  # read-only in every namespace
-CGROUPS = os.environ.get("SANDBOX_CGROUP", "1") != "0"  # 0: no cgroup per job, the /proc watch alone (for measuring)
 
 
-# ---- the box: bubblewrap, the fallback, a job's cgroup ---------------------------------------------------------
+# ---- the box: bubblewrap, the fallback ---------------------------------------------------------
 
 def _works(argv, preexec_fn=None):
     """Does `argv python` run our interpreter with its own stdlib? (A uid that cannot reach the prefix
@@ -118,181 +115,6 @@ def _hide_sys():
     if (libc.unshare(0x00020000) or libc.mount(b"none", b"/", None, 16384 | (1 << 18), None) or  # NEWNS; rprivate
             libc.mount(b"none", b"/sys", b"tmpfs", 1 | 2 | 4 | 8, b"size=4k")):  # RDONLY NOSUID NODEV NOEXEC
         raise OSError(ctypes.get_errno(), "sandbox: hiding /sys")
-
-
-def _parent(v, ctrl):
-    """This process's cgroup directory on the v2 tree (v=2) or on the v1 hierarchy of controller `ctrl`, or
-    None; the sbx- cgroups there of processes that died (killed mid-job: empty, their jobs died with them) are
-    removed first. Jobs' cgroups are its children, sbx-<our pid>-<n>."""
-    try:
-        with open("/proc/self/mountinfo") as f:  # (mount id, parent, dev, root, mount point, ...) - (fs type, source, options)
-            mounts = [(a.split(), b.split()) for a, b in (line.split(" - ", 1) for line in f)]
-        with open("/proc/self/cgroup") as f:  # (id, controllers: "" on v2, path)
-            path = next(p for _, c, p in (line.rstrip("\n").split(":", 2) for line in f)
-                        if (c == "" if v == 2 else ctrl in c.split(",")))
-        root, point = next((a[3].rstrip("/"), a[4]) for a, b in mounts  # the mount shows the tree from `root` down
-                           if b[0] == ("cgroup2" if v == 2 else "cgroup") and (v == 2 or ctrl in b[2].split(","))
-                           and (path.rstrip("/") + "/").startswith(a[3].rstrip("/") + "/"))
-        parent = os.path.join(point, path[len(root):].strip("/")).rstrip("/")
-        for d in os.listdir(parent):
-            n = d.split("-")
-            if len(n) == 3 and n[0] == "sbx" and n[1].isdigit() and not os.path.exists(f"/proc/{n[1]}"):
-                _rmdir(f"{parent}/{d}")
-        return parent
-    except (OSError, ValueError, StopIteration):
-        return None
-
-
-@lru_cache(maxsize=1)
-def _cgroups():
-    """(this process's cgroup directory on a hierarchy that counts CPU, its version: 2, else v1's cpuacct), or
-    None where a job cannot get a cgroup there: not root (a program running as our uid could write it too),
-    SANDBOX_CGROUP=0, no such hierarchy, or no right to make one (a container's read-only /sys/fs/cgroup)."""
-    for v, ctrl in ((2, ""), (1, "cpuacct")) if ROOT and CGROUPS else ():
-        if (parent := _parent(v, ctrl)) is None:
-            continue
-        try:
-            probe = _Cgroup(parent, v)
-            try:  # a process can join one, and its usage reads
-                subprocess.run(["true"], preexec_fn=probe.join, check=True, timeout=20)
-                probe.usage()
-            finally:
-                probe.remove()
-        except (OSError, ValueError, subprocess.SubprocessError):
-            continue
-        return parent, v
-    if ROOT and CGROUPS:
-        warnings.warn("sandbox: no cgroup per job here: a job's CPU is summed from /proc, which misses children that "
-                      "live < 50 ms and are reaped without a wait (see docs/sandbox.md)", RuntimeWarning, stacklevel=3)
-    return None
-
-
-@lru_cache(maxsize=1)
-def _counts_pids():
-    """Whether a job's processes can be counted by a pids cgroup here, the only limit on a uid-0 job's process
-    count: "v2" (v2's pids controller enabled below ours: pids.max in the job's one cgroup), the directory of
-    our cgroup in v1's pids hierarchy (also beside a v2 tree: a hybrid; the job gets a sibling there), or ""."""
-    where = _cgroups()
-    if where is None:
-        return ""
-    try:  # (v1 has no such file)
-        with open(f"{where[0]}/cgroup.subtree_control") as f:
-            if where[1] == 2 and "pids" in f.read().split():
-                return "v2"
-    except OSError:
-        pass
-    if (parent := _parent(1, "pids")) is None:
-        return ""
-    try:  # a cgroup can be made there
-        os.mkdir(probe := f"{parent}/sbx-{os.getpid()}-probe")
-        os.rmdir(probe)
-        return parent
-    except OSError:
-        return ""
-
-
-def _rmdir(d, kill=None, wait=0.0):
-    """Remove an empty directory (a cgroup); while it is busy, for up to `wait` s: kill() what is in it, retry."""
-    end = time.monotonic() + wait
-    while True:
-        try:
-            return os.rmdir(d)
-        except OSError as e:
-            if e.errno != errno.EBUSY or time.monotonic() > end:
-                return
-        if kill:
-            kill()
-        time.sleep(0.002)
-
-
-class _Cgroup:
-    """A job's cgroup (or a pool worker's, which runs one job at a time). Everything the job starts stays in it
-    (no cgroup file is reachable from inside), so its CPU usage is the kernel's account of the whole job:
-    children reaped without a wait and short-lived ones included."""
-    count = itertools.count()
-
-    def __init__(self, parent, v, pids=None):
-        """pids: the most tasks (processes and threads) it may hold, where a pids cgroup can count them
-        (_counts_pids): v2 the same cgroup's pids.max, v1 a sibling in the pids hierarchy joined alike."""
-        name = f"sbx-{os.getpid()}-{next(self.count)}"
-        self.path, self.v, self.procs, self.pids_path, self.pids_procs = f"{parent}/{name}", v, None, None, None
-        os.mkdir(self.path)
-        try:  # written by the job's first process (before it runs anything of the program's): "0" is the writer
-            self.procs = os.open(f"{self.path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-            if pids and (where := _counts_pids()):
-                if where != "v2":
-                    self.pids_path = f"{where}/{name}"
-                    os.mkdir(self.pids_path)
-                    self.pids_procs = os.open(f"{self.pids_path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-                with open(f"{self.pids_path or self.path}/pids.max", "w") as f:
-                    f.write(str(pids))
-        except OSError:
-            self.remove()
-            raise
-
-    def join(self):
-        """In the job's first process, before it runs anything of the program's (preexec_fn): in, for good."""
-        os.write(self.procs, b"0")
-        if self.pids_procs is not None:
-            os.write(self.pids_procs, b"0")
-
-    def usage(self):
-        """CPU seconds of everything that ever ran in it (once removed: by then)."""
-        if self.procs is None:
-            return self.last
-        with open(f"{self.path}/{'cpu.stat' if self.v == 2 else 'cpuacct.usage'}", "rb") as f:
-            s = f.read()
-        return int(s.split(b"\n", 1)[0].split()[-1]) / (1e6 if self.v == 2 else 1e9)  # usage_usec, or ns
-
-    def tids(self):
-        """Its threads now (host ids)."""
-        with open(f"{self.path}/{'cgroup.threads' if self.v == 2 else 'tasks'}", "rb") as f:
-            return [int(t) for t in f.read().split()]
-
-    def kill(self):
-        try:  # cgroup v2, Linux 5.14+: the kernel kills them all
-            with open(f"{self.path}/cgroup.kill", "w") as f:
-                f.write("1")
-            return
-        except OSError:
-            pass
-        for _ in range(100):  # each pass SIGKILLs whatever it lists; a killed process forks no more
-            with open(f"{self.path}/cgroup.procs", "rb") as f:
-                pids = [int(p) for p in f.read().split()]
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-    def remove(self):
-        """Kill what is left in it and remove it (retried while the last processes finish dying); one that will
-        not go stays, for the leak census of test_sandbox.py to find. Again: nothing."""
-        if self.procs is not None:
-            try:
-                self.last = self.usage()
-            except (OSError, ValueError):
-                self.last = 0.0
-        for fd in (self.procs, self.pids_procs):
-            if fd is not None:
-                os.close(fd)
-        opened, self.procs, self.pids_procs = self.procs is not None, None, None
-        _rmdir(self.path, self.kill if opened else None, 5.0 if opened else 0.0)  # (never opened: set-up failed)
-        if self.pids_path is not None:  # the same processes: dead now, or the census finds them
-            _rmdir(self.pids_path, wait=5.0)
-            self.pids_path = None
-
-
-def _cgroup(pids=None):
-    """A new cgroup for one job (at most `pids` tasks where a pids cgroup can count them), or None where none
-    can be made."""
-    where = _cgroups()
-    try:
-        return _Cgroup(*where, pids=pids) if where else None
-    except OSError:  # (out of cgroups, say: this job is watched from /proc)
-        return None
 
 
 # ---- the worker pool ---------------------------------------------------------------------------------------------
@@ -463,7 +285,8 @@ class Worker:
     def __init__(self, argv, env):
         host, inside = socket.socketpair()
         info_r, info_w = os.pipe()  # bwrap's --info-fd: the pid of its namespace's init
-        self.cg = cg = _cgroup()  # the worker's, and so each of its jobs' (None where none can be made)
+        # the worker's, and so each of its jobs' (None where none can be made); no memory limit until a job's
+        self.cg = cg = _cgroup(mem=1 << 50)
         try:
             caps = [x for c in ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP") for x in ("--cap-add", f"CAP_{c}")]
             self.proc = _spawner(os.getpid()).submit(

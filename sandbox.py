@@ -79,7 +79,8 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-from pool import PATH, PYTHON_DIRS, ROOT, TMPFS_BYTES, Pool, _bwrap, _cgroup, _drop, _fallback, _hide_sys, _listdir
+from cgroup import _cgroup
+from pool import PATH, PYTHON_DIRS, ROOT, TMPFS_BYTES, Pool, _bwrap, _drop, _fallback, _hide_sys, _listdir
 
 MAX_OUTPUT = 1 << 16  # bytes kept of stderr, and of stdout unless run(out_bytes=) says otherwise
 # this process's share of the cores: torchrun's LOCAL_WORLD_SIZE ranks on one machine each run a pool
@@ -123,6 +124,12 @@ def run(code, stdin="", timeout=5.0, mem_mb=512, nproc=64, bwrap=True, pool=None
     return _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes)
 
 
+def _job_memory(mem_mb):
+    """Bytes a job's processes may hold together, where a cgroup counts them (cgroup.py): mem_mb, what RLIMIT_AS
+    gives each of them, plus its tmpfs files and the worker's server (or bwrap) beside it."""
+    return (mem_mb << 20) + TMPFS_BYTES + (64 << 20)
+
+
 def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
     """One namespace (or fallback process) per run: started, used once, torn down."""
     uid = (1 << 20) + secrets.randbelow(1 << 29)  # a uid per run: RLIMIT_NPROC counts per uid
@@ -130,7 +137,7 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
     try:
         if box is not None:
             cmd, cwd, env, hide = [*box, "--", *_drop(uid)], "/", PATH, False
-            cg = _cgroup()
+            cg = _cgroup(mem=_job_memory(mem_mb))
         else:
             pre, drop, hide = _fallback()
             cwd = work = tempfile.mkdtemp(prefix="sbx-", dir=WORK_ROOT)
@@ -141,7 +148,7 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
             # as root with capabilities it could leave any cgroup. As uid 0 (drop "caps") RLIMIT_NPROC never
             # binds: the cgroup's pids limit counts the program's processes instead (nproc, as RLIMIT_NPROC
             # would, + the unshare that waits for it with -f)
-            cg = _cgroup(nproc + ("-f" in pre) if drop == "caps" else None) if drop else None
+            cg = _cgroup(nproc + ("-f" in pre) if drop == "caps" else None, _job_memory(mem_mb)) if drop else None
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
         p = subprocess.Popen([*cmd, sys.executable, "-I", "-c", code], cwd=cwd, env=env, stdin=in_r, stdout=out_w,
                              stderr=err_w, preexec_fn=_limits(_backstop(timeout), mem_mb << 20, nproc, cg, hide))
@@ -191,6 +198,8 @@ def _pooled(workers, code, stdin, timeout, mem_mb, nproc, out_bytes=MAX_OUTPUT):
         try:
             (in_r, in_w), (out_r, out_w), (err_r, err_w), (code_r, code_w) = (_pipe(fds) for _ in range(4))
             cpu0 = w.cg.usage() if w.cg is not None else 0.0  # its worker's cgroup holds this job alone from now
+            if w.cg is not None:
+                w.cg.limit("memory", _job_memory(mem_mb))
             w.send(head.encode(), [in_r, out_w, err_w, code_r])
             _close(fds, in_r, out_w, err_w, code_r)
             writes = {in_w: stdin.encode("utf-8", "replace"), code_w: code}

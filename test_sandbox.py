@@ -347,6 +347,45 @@ def test_memory_bomb(bw, code):
     assert len(bytearray(300 << 20)) == 300 << 20  # our own memory is not limited
 
 
+# children that each touch `mb` MiB (RLIMIT_AS binds each process alone), then, once all have, say whether they
+# still hold it (the kernel may have killed some meanwhile): the MiB held by all at once
+SHARE = """import os
+kids = []
+for i in range({n}):
+    (r, w), (r2, w2) = os.pipe(), os.pipe()
+    if os.fork() == 0:
+        x = b'1' * ({mb} << 20)
+        os.write(w, b'1')
+        os.read(r2, 1)
+        os.write(w, b'2')
+        os._exit(0)
+    os.close(w)
+    os.close(r2)
+    kids.append((r, w2))
+    os.read(r, 1)
+for r, w2 in kids:
+    try:
+        os.write(w2, b'g')
+    except OSError:
+        pass
+print('held', {mb} * sum(os.read(r, 1) == b'2' for r, _ in kids), 'MiB')"""
+
+
+def test_a_jobs_processes_together_hold_at_most_its_memory(bw):
+    """mem_mb bounds the job, not each of its processes: 6 children of 300 MiB (1.8 GiB) under mem_mb=512 all
+    lived at once, and 64 processes (nproc) could hold 32 GiB, enough for the host's OOM killer to take the
+    trainer. With a cgroup per job (root) the kernel counts them together and kills inside the job (its
+    largest process) past mem_mb + the tmpfs + 64 MiB; 4 children of 50 MiB still all run."""
+    if not sandbox_pool._counts_memory():
+        pytest.skip("no memory cgroup per job here (not root, or no writable memory hierarchy): each process alone "
+                    "is bounded (RLIMIT_AS), the job by nproc x mem_mb")
+    r = run(SHARE.format(n=6, mb=300), bw, timeout=10.0)
+    held = int(r.stdout.split()[1]) if r.stdout.startswith("held") else 0
+    assert held <= sandbox._job_memory(512) >> 20, r
+    r = run(SHARE.format(n=4, mb=50), bw, timeout=10.0)
+    assert r.returncode == 0 and r.stdout == "held 200 MiB\n", r
+
+
 def test_huge_output_is_capped(bw):
     r = run("import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 65536)\nsys.stderr.write('e' * 10**6)", bw,
             timeout=20.0)
@@ -769,8 +808,8 @@ def census():
             pass
     cgroups = sandbox_pool._cgroups()
     # the CPU-counting hierarchy's, and the v1 pids hierarchy's (a uid-0 fallback job's process count)
-    pids = sandbox_pool._counts_pids()
-    roots = ([cgroups[0]] if cgroups else []) + ([pids] if pids not in ("", "v2") else [])
+    pids, mem = sandbox_pool._counts_pids(), sandbox_pool._counts_memory()
+    roots = ([cgroups[0]] if cgroups else []) + [d for d in (pids, mem) if d not in ("", "v2")]
     left = lambda r, d: d.startswith(f"sbx-{os.getpid()}-") and not open(f"{r}/{d}/cgroup.procs").read().strip()
     return {"fds": len(os.listdir("/proc/self/fd")), "threads": len(os.listdir("/proc/self/task")),
             "children": kids.count(False), "workers": kids.count(True), "inside": inside,
