@@ -108,13 +108,20 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _hide_sys():
+def _hide_sys(work=None, uid=0):
     """In a fallback job's process, as root, before exec: a mount namespace of its own (private: nothing
-    propagates back) where /sys is an empty read-only tmpfs, so no cgroup file can be reached from it."""
+    propagates back) where /sys is an empty read-only tmpfs, so no cgroup file can be reached from it, and its
+    work directory `work` (its cwd, HOME and TMPDIR) a tmpfs of TMPFS_BYTES owned by `uid`, as /tmp is on the
+    other paths: the host's disk is not where it writes."""
     libc = _libc()
     if (libc.unshare(0x00020000) or libc.mount(b"none", b"/", None, 16384 | (1 << 18), None) or  # NEWNS; rprivate
             libc.mount(b"none", b"/sys", b"tmpfs", 1 | 2 | 4 | 8, b"size=4k")):  # RDONLY NOSUID NODEV NOEXEC
         raise OSError(ctypes.get_errno(), "sandbox: hiding /sys")
+    if work and libc.mount(b"tmpfs", work.encode(), b"tmpfs", 2 | 4,  # NOSUID NODEV
+                           b"size=%d,mode=0700,uid=%d,gid=%d" % (TMPFS_BYTES, uid, uid)):
+        raise OSError(ctypes.get_errno(), "sandbox: a tmpfs for the work directory")
+    if work:
+        os.chdir(work)  # (the cwd was the directory under it)
 
 
 # ---- the worker pool ---------------------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def _job_memory(mem_mb):
 def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
     """One namespace (or fallback process) per run: started, used once, torn down."""
     uid = (1 << 20) + secrets.randbelow(1 << 29)  # a uid per run: RLIMIT_NPROC counts per uid
-    box, work, cg, fds = _bwrap() if bwrap else None, None, None, []
+    box, work, cg, fds, drop = _bwrap() if bwrap else None, None, None, [], ""
     try:
         if box is not None:
             cmd, cwd, env, hide = [*box, "--", *_drop(uid)], "/", PATH, False
@@ -151,7 +151,8 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
             cg = _cgroup(nproc + ("-f" in pre) if drop == "caps" else None, _job_memory(mem_mb)) if drop else None
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
         p = subprocess.Popen([*cmd, sys.executable, "-I", "-c", code], cwd=cwd, env=env, stdin=in_r, stdout=out_w,
-                             stderr=err_w, preexec_fn=_limits(_backstop(timeout), mem_mb << 20, nproc, cg, hide))
+                             stderr=err_w, preexec_fn=_limits(_backstop(timeout), mem_mb << 20, nproc, cg, hide,
+                                                               work, uid if drop == "uid" else 0))
         _close(fds, in_r, out_w, err_w)
         try:
             # its processes, where it has no cgroup: bwrap's PID namespace, from its own /proc; the fallback's session
@@ -431,14 +432,15 @@ def _wall(timeout):
 
 # ---- the plumbing -----------------------------------------------------------------------------------------------
 
-def _limits(cpu_s, mem_bytes, nproc, cg=None, hide=False):
-    """preexec_fn of a one-namespace or fallback job: its cgroup, /sys hidden (hide), rlimits."""
+def _limits(cpu_s, mem_bytes, nproc, cg=None, hide=False, work=None, uid=0):
+    """preexec_fn of a one-namespace or fallback job: its cgroup, /sys hidden and `work` a tmpfs owned by `uid`
+    (hide), rlimits."""
     def apply():
         os.setsid()  # own process group: a timeout kills every child too
         if cg is not None:
             cg.join()  # before bwrap or unshare start, so all the job's processes are in it
         if hide:
-            _hide_sys()
+            _hide_sys(work, uid)
         for lim, n in ((resource.RLIMIT_AS, mem_bytes), (resource.RLIMIT_FSIZE, 1 << 20), (resource.RLIMIT_NOFILE, 64),
                        (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(lim, (n, n))

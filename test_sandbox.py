@@ -386,6 +386,19 @@ def test_a_jobs_processes_together_hold_at_most_its_memory(bw):
     assert r.returncode == 0 and r.stdout == "held 200 MiB\n", r
 
 
+def test_a_job_writes_at_most_its_tmpfs(bw):
+    """What a job may write is TMPFS_BYTES on every path: the fallback's work directory was on the host's disk
+    (files of at most 1 MiB each, RLIMIT_FSIZE, but any number of them: 100 MiB written, and a job's 5 CPU-s
+    write gigabytes, until the trainer's checkpoint finds the disk full). As root it is a tmpfs now, in the job's
+    own mount namespace."""
+    if bw == "fallback" and not sandbox._fallback()[2]:
+        pytest.skip("the fallback has no mount namespace of its own here (not root): its writes reach the disk")
+    code = ("import os\nn = 0\ntry:\n    for i in range(100):\n        with open(f'f{i}', 'wb') as f:\n"
+            "            f.write(b'1' * (1 << 20))\n        n += 1\nexcept OSError as e:\n    print(e.errno)\nprint(n)")
+    r = run(code, bw, timeout=10.0)
+    assert r.returncode == 0 and r.stdout.split() == ["28", str(sandbox.TMPFS_BYTES >> 20)], r  # ENOSPC after 64
+
+
 def test_huge_output_is_capped(bw):
     r = run("import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 65536)\nsys.stderr.write('e' * 10**6)", bw,
             timeout=20.0)
