@@ -81,9 +81,10 @@ def _bwrap():
         a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     if shutil.which("bwrap") and _works([*a, "--", *_drop(65534)]):
         return a
-    pre, drop, _ = _fallback()
+    pre, drop, hide = _fallback()
     warnings.warn(f"sandbox: bubblewrap missing or not working; falling back to {' '.join(pre) or 'no namespaces'}"
-                  f" + rlimits{' as root' if ROOT and drop != 'uid' else ''}, without filesystem isolation",
+                  f" + rlimits{' as root' if ROOT and drop != 'uid' else ''}"
+                  f"{', in a root of its own' if hide else ', without filesystem isolation'}",
                   RuntimeWarning, stacklevel=3)
     return None
 
@@ -108,20 +109,38 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _hide_sys(work=None, uid=0):
+def _hide_sys(work=None):
     """In a fallback job's process, as root, before exec: a mount namespace of its own (private: nothing
-    propagates back) where /sys is an empty read-only tmpfs, so no cgroup file can be reached from it, and its
-    work directory `work` (its cwd, HOME and TMPDIR) a tmpfs of TMPFS_BYTES owned by `uid`, as /tmp is on the
-    other paths: the host's disk is not where it writes."""
+    propagates back) where /sys is an empty read-only tmpfs, so no cgroup file can be reached from it; and with
+    `work`, a root of its own built there as bubblewrap's: a tmpfs of TMPFS_BYTES, the host's system and Python
+    dirs bound in read-only, a few devices, an empty /proc (unshare --mount-proc fills it) and /tmp, where it
+    runs (cwd, HOME, TMPDIR) and all it may write. The host's other files (the repository, a hub cache of tests
+    and answers) are not in it; its capabilities go before the program runs, so it cannot chroot out."""
     libc = _libc()
     if (libc.unshare(0x00020000) or libc.mount(b"none", b"/", None, 16384 | (1 << 18), None) or  # NEWNS; rprivate
             libc.mount(b"none", b"/sys", b"tmpfs", 1 | 2 | 4 | 8, b"size=4k")):  # RDONLY NOSUID NODEV NOEXEC
         raise OSError(ctypes.get_errno(), "sandbox: hiding /sys")
-    if work and libc.mount(b"tmpfs", work.encode(), b"tmpfs", 2 | 4,  # NOSUID NODEV
-                           b"size=%d,mode=0700,uid=%d,gid=%d" % (TMPFS_BYTES, uid, uid)):
-        raise OSError(ctypes.get_errno(), "sandbox: a tmpfs for the work directory")
-    if work:
-        os.chdir(work)  # (the cwd was the directory under it)
+    if not work:
+        return
+    if libc.mount(b"tmpfs", work.encode(), b"tmpfs", 2 | 4, b"size=%d,mode=0755" % TMPFS_BYTES):  # NOSUID NODEV
+        raise OSError(ctypes.get_errno(), "sandbox: a tmpfs for the job's root")
+    for d in ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", *PYTHON_DIRS,
+              "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"):
+        if os.path.lexists(work + d):  # inside a dir bound already (a venv's bin/)
+            continue
+        if os.path.islink(d) and d.count("/") == 1:  # merged-/usr symlinks
+            os.symlink(os.readlink(d), work + d)
+        elif os.path.exists(d):
+            os.makedirs(os.path.dirname(work + d), mode=0o755, exist_ok=True)
+            os.mkdir(work + d) if os.path.isdir(d) else open(work + d, "w").close()
+            if (libc.mount(d.encode(), (work + d).encode(), None, 4096 | 16384, None) or  # MS_BIND | MS_REC
+                    libc.mount(None, (work + d).encode(), None, 32 | 4096 | 1 | 2 | (4 if d[:5] != "/dev/" else 0), None)):
+                raise OSError(ctypes.get_errno(), "sandbox: binding " + d)
+    for d, mode in (("/proc", 0o555), ("/tmp", 0o1777)):
+        os.makedirs(work + d, exist_ok=True)
+        os.chmod(work + d, mode)
+    os.chroot(work)
+    os.chdir("/tmp")
 
 
 # ---- the worker pool ---------------------------------------------------------------------------------------------

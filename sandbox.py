@@ -30,11 +30,12 @@ directory, as the only writable place. A root caller's program runs as a random 
 no capabilities and no_new_privs: it cannot read root-only files, and RLIMIT_NPROC (which never binds
 uid 0) applies.
 Fallback (no usable bwrap; warned once): `unshare [-r] -n -p -f --kill-child --mount-proc` where that
-works, else `unshare -n`, else nothing, in a fresh temp dir (under WORK_ROOT) removed afterwards. There the
-program sees the host filesystem and can write wherever its user can. As root it runs as an unprivileged
-uid where the interpreter is reachable by other uids, else as uid 0 without capabilities; either way in a
-mount namespace of its own whose /sys is an empty read-only tmpfs (no cgroup file to write, no right to
-unmount it). RLIMIT_NPROC never binds uid 0: there a pids cgroup counts the program's processes instead
+works, else `unshare -n`, else nothing, from a fresh temp dir (under WORK_ROOT) removed afterwards. As root
+it runs as an unprivileged uid where the interpreter is reachable by other uids, else as uid 0 without
+capabilities; either way in a mount namespace of its own whose /sys is an empty read-only tmpfs (no cgroup
+file to write, no right to unmount it), chrooted into a root built in that temp dir as bubblewrap's (a 64 MiB
+tmpfs, the system and Python dirs bound read-only, /tmp its only writable place: pool._hide_sys). Not root,
+the program sees the host filesystem and can write wherever its user can. RLIMIT_NPROC never binds uid 0: there a pids cgroup counts the program's processes instead
 (pool._counts_pids: v2's pids controller, or v1's pids hierarchy), and where neither exists nothing does.
 Default, the worker pool (pool.py; bubblewrap as above, plus Linux rights to make nested namespaces; probed
 once by _pool, warned and skipped where it fails): warm workers, one per core (CORES), that fork every job
@@ -144,7 +145,8 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
             if drop == "uid":
                 os.chown(work, uid, uid)
             cmd = [*pre, *(_drop(uid if drop == "uid" else None) if drop else [])]
-            env = {**PATH, "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
+            home = "/tmp" if hide else work  # hide: a root of its own is built in `work`, its /tmp writable (_hide_sys)
+            env = {**PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
             # as root with capabilities it could leave any cgroup. As uid 0 (drop "caps") RLIMIT_NPROC never
             # binds: the cgroup's pids limit counts the program's processes instead (nproc, as RLIMIT_NPROC
             # would, + the unshare that waits for it with -f)
@@ -152,7 +154,7 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
         p = subprocess.Popen([*cmd, sys.executable, "-I", "-c", code], cwd=cwd, env=env, stdin=in_r, stdout=out_w,
                              stderr=err_w, preexec_fn=_limits(_backstop(timeout), mem_mb << 20, nproc, cg, hide,
-                                                               work, uid if drop == "uid" else 0))
+                                                               work))
         _close(fds, in_r, out_w, err_w)
         try:
             # its processes, where it has no cgroup: bwrap's PID namespace, from its own /proc; the fallback's session
@@ -432,15 +434,15 @@ def _wall(timeout):
 
 # ---- the plumbing -----------------------------------------------------------------------------------------------
 
-def _limits(cpu_s, mem_bytes, nproc, cg=None, hide=False, work=None, uid=0):
-    """preexec_fn of a one-namespace or fallback job: its cgroup, /sys hidden and `work` a tmpfs owned by `uid`
-    (hide), rlimits."""
+def _limits(cpu_s, mem_bytes, nproc, cg=None, hide=False, work=None):
+    """preexec_fn of a one-namespace or fallback job: its cgroup, /sys hidden and a root of its own built in
+    `work` (hide, see _hide_sys), rlimits."""
     def apply():
         os.setsid()  # own process group: a timeout kills every child too
         if cg is not None:
             cg.join()  # before bwrap or unshare start, so all the job's processes are in it
         if hide:
-            _hide_sys(work, uid)
+            _hide_sys(work)
         for lim, n in ((resource.RLIMIT_AS, mem_bytes), (resource.RLIMIT_FSIZE, 1 << 20), (resource.RLIMIT_NOFILE, 64),
                        (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(lim, (n, n))

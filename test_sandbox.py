@@ -407,16 +407,19 @@ def test_huge_output_is_capped(bw):
     assert r.truncated
 
 
-@pytest.mark.skipif(not BWRAP, reason="bubblewrap not usable here; the fallback does not isolate the filesystem")
-@pytest.mark.parametrize("pool", [True, False], ids=["pool", "bwrap"])
-def test_cannot_touch_host_files(pool):
+def test_cannot_touch_host_files(bw):
+    """The host's files are neither readable nor writable: the repository (funcs.py makes every reference
+    solution; data/ holds HumanEval's), the home directory (a hub cache's tests and answers). The fallback read
+    and wrote them all; as root it now runs in a root of its own, built as bubblewrap's."""
+    if bw == "fallback" and not sandbox._fallback()[2]:
+        pytest.skip("the fallback has no mount namespace of its own here (not root): the host's files are visible")
     name = f"sbx-escape-{uuid.uuid4().hex}"
     targets = [f"/tmp/{name}", os.path.join(HERE, name), os.path.join(os.path.expanduser("~"), name)]
     code = (f"import os\nprint(os.path.exists({os.path.join(HERE, 'sandbox.py')!r}))\n"
             f"for p in {targets!r}:\n    try:\n        open(p, 'w').write('x')\n    except OSError as e:\n"
             f"        print(type(e).__name__)")
     try:
-        r = sandbox.run(code, pool=pool)
+        r = run(code, bw)
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith("False\n")  # the repo is not even visible
         assert [p for p in targets if os.path.exists(p)] == []
