@@ -37,7 +37,7 @@ PYTHON_DIRS = sorted({d for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, 
                       if d.split("/")[1] not in ("usr", "etc")}, key=len)  # read-only in every namespace
 
 
-# ---- the box: bubblewrap, the fallback ---------------------------------------------------------
+# ---- the box: bubblewrap, the fallback ---------------------------------------------------------------------------
 
 def _works(argv, preexec_fn=None):
     """Does `argv python` run our interpreter with its own stdlib? (A uid that cannot reach the prefix

@@ -385,7 +385,7 @@ def load_model(args, model_dir, roles, ckpt, device, world, log):
         tok = load_tokenizer(model_dir)
         policies = load_policies(args, model_dir, P.policy_names(roles, args.policies), ckpt, device, mesh)
     except LOAD_ERRORS as e:  # a missing or broken model directory (or checkpoint)
-        die(load_error(e, [model_dir] + [ckpt] * bool(ckpt)))
+        die(load_error(e, [model_dir, ckpt] if ckpt else [model_dir]))
     except ValueError as e:  # e.g. --attention flex where it cannot train
         die(str(e).splitlines()[0])
     model = next(iter(policies.values())).model
