@@ -233,31 +233,38 @@ def test_disk_full_on_metrics_is_one_line_and_resume_continues(warm_dir, tmp_pat
     assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000002")
 
 
-def test_a_full_gpu_is_one_line_naming_the_fix_and_resume_continues(warm_dir, tmp_path, monkeypatch, capsys):
-    """CUDA out of memory in step 2's update (torch.OutOfMemoryError, raised here on the CPU where the
-    allocator never would): one line naming the step, the checkpoint --resume continues from and the flags
-    that make room, no traceback; the step-1 checkpoint stays `latest` and the resume finishes the run."""
-    import policies
+def out_of_gpu_memory(monkeypatch, capsys, module, name, nth, argv):
+    """train.main(argv) with module.name raising torch.OutOfMemoryError on its nth call (raised here on the CPU,
+    where the allocator never would): it ends with exit 2 and one error line, no traceback; that line."""
     import train
-    out = str(tmp_path / "run")
-    argv = BASE + ["--model", warm_dir, "--engine", "hf", "--steps", "2", "--out_dir", out, "--eval_n", "0"]
-    real, calls = policies.update, []
+    real, calls = getattr(module, name), []
 
-    def oom_in_step_2(*a, **k):
+    def oom(*a, **k):
         calls.append(1)
-        if len(calls) == 3:  # per-role: two updates a step; step 2's first
+        if len(calls) == nth:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
         return real(*a, **k)
-    monkeypatch.setattr(policies, "update", oom_in_step_2)
+    monkeypatch.setattr(module, name, oom)
     with pytest.raises(SystemExit) as e:
         train.main(argv)
     monkeypatch.undo()
     stderr = capsys.readouterr().err
     err = [x for x in stderr.splitlines() if "error:" in x]
     assert e.value.code == 2 and len(err) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    return err[0]
+
+
+def test_a_full_gpu_is_one_line_naming_the_fix_and_resume_continues(warm_dir, tmp_path, monkeypatch, capsys):
+    """CUDA out of memory in step 2's update: one line naming the step, the checkpoint --resume continues from
+    and the flags that make room; the step-1 checkpoint stays `latest` and the resume finishes the run."""
+    import policies
+    import train
+    out = str(tmp_path / "run")
+    argv = BASE + ["--model", warm_dir, "--engine", "hf", "--steps", "2", "--out_dir", out, "--eval_n", "0"]
+    err = out_of_gpu_memory(monkeypatch, capsys, policies, "update", 3, argv)  # per-role: 2 updates a step; step 2's first
     ck = os.path.join(out, "ckpt-000001")
-    assert "step 2" in err[0] and "out of GPU memory" in err[0] and "Tried to allocate 2.00 GiB" in err[0], err
-    assert f"--resume continues from {ck}" in err[0] and "--micro_tokens" in err[0] and "--sleep 1" in err[0], err
+    assert "step 2" in err and "out of GPU memory" in err and "Tried to allocate 2.00 GiB" in err, err
+    assert f"--resume continues from {ck}" in err and "--micro_tokens" in err and "--sleep 1" in err, err
     assert common.latest_checkpoint(out) == ck
     train.main(argv + ["--resume"])
     assert [m["step"] for m in jsonl(out, "metrics.jsonl")] == [1, 2]
@@ -272,22 +279,9 @@ def test_a_full_gpu_in_the_final_evaluation_is_one_line_and_resume_evaluates(war
     import train
     out = str(tmp_path / "run")
     argv = BASE + ["--model", warm_dir, "--engine", "hf", "--steps", "1", "--out_dir", out, "--eval_n", "2"]
-    real, calls = rollout.evaluate, []
-
-    def oom_after(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:  # the evaluation after training
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
-        return real(*a, **k)
-    monkeypatch.setattr(rollout, "evaluate", oom_after)
-    with pytest.raises(SystemExit) as e:
-        train.main(argv)
-    monkeypatch.undo()
-    stderr = capsys.readouterr().err
-    err = [x for x in stderr.splitlines() if "error:" in x]
-    assert e.value.code == 2 and len(err) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    err = out_of_gpu_memory(monkeypatch, capsys, rollout, "evaluate", 2, argv)  # the evaluation after training
     ck = os.path.join(out, "ckpt-000001")
-    assert "evaluation" in err[0] and "out of GPU memory" in err[0] and f"--resume continues from {ck}" in err[0], err
+    assert "evaluation" in err and "out of GPU memory" in err and f"--resume continues from {ck}" in err, err
     train.main(argv + ["--resume"])
     s = json.load(open(os.path.join(out, "summary.json")))
     assert "before" in s["eval"] and "after" in s["eval"]
