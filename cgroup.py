@@ -82,9 +82,13 @@ def _counts(ctrl):
         pass
     if (parent := _parent(1, ctrl)) is None:
         return ""
-    try:  # a cgroup can be made there
+    try:  # a cgroup can be made there, and limited
         os.mkdir(probe := f"{parent}/sbx-{os.getpid()}-probe")
-        os.rmdir(probe)
+        try:
+            with open(f"{probe}/{'pids.max' if ctrl == 'pids' else 'memory.limit_in_bytes'}", "w") as f:
+                f.write("64" if ctrl == "pids" else str(1 << 30))
+        finally:
+            os.rmdir(probe)
         return parent
     except OSError:
         return ""
