@@ -3,7 +3,7 @@
 Limits, the same on every path below and on any core count (a verdict is a reward: it must not depend on
 the machine, its load, or the path):
 - `timeout` is CPU time of ALL the job's processes together (children, threads, orphans, children reaped
-  without a wait), by the kernel's account: as root, every job runs in a cgroup of its own (pool._Cgroup; in
+  without a wait), by the kernel's account: as root, every job runs in a cgroup of its own (cgroup._Cgroup; in
   the pool its worker's, which holds one job at a time), joined before anything of the program's runs, whose
   CPU usage a _Watch reads every POLL s; once it reaches `timeout` the job is killed and has timed out,
   whatever its exit code. The program cannot leave its cgroup: no cgroup file is visible or writable to it
@@ -35,8 +35,9 @@ it runs as an unprivileged uid where the interpreter is reachable by other uids,
 capabilities; either way in a mount namespace of its own whose /sys is an empty read-only tmpfs (no cgroup
 file to write, no right to unmount it), chrooted into a root built in that temp dir as bubblewrap's (a 64 MiB
 tmpfs, the system and Python dirs bound read-only, /tmp its only writable place: pool._hide_sys). Not root,
-the program sees the host filesystem and can write wherever its user can. RLIMIT_NPROC never binds uid 0: there a pids cgroup counts the program's processes instead
-(pool._counts_pids: v2's pids controller, or v1's pids hierarchy), and where neither exists nothing does.
+the program sees the host filesystem and can write wherever its user can. RLIMIT_NPROC never binds uid 0:
+there a pids cgroup counts the program's processes instead (cgroup._counts_pids: v2's pids controller, or
+v1's pids hierarchy), and where neither exists nothing does.
 Default, the worker pool (pool.py; bubblewrap as above, plus Linux rights to make nested namespaces; probed
 once by _pool, warned and skipped where it fails): warm workers, one per core (CORES), that fork every job
 into fresh PID, mount, IPC and cgroup namespaces of its own, with the same limits, cgroup and uid drop;
