@@ -476,8 +476,9 @@ def append_lines(path, rows, point=None, step=None):
         die(f"cannot write {path}: {first_line(e)}; the last checkpoint is intact: free space, then --resume")
 
 
-def replace_file(path, write):
-    """`write(f)` into path.tmp, fsynced, then os.replace: a kill leaves the old file or the new one."""
+def replace_file(path, write, hint="the last checkpoint is intact: free space, then --resume"):
+    """`write(f)` into path.tmp, fsynced, then os.replace: a kill leaves the old file or the new one. A failed
+    write is one line, ending with `hint`."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "w") as f:
@@ -486,12 +487,12 @@ def replace_file(path, write):
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
-        die(f"cannot write {path}: {first_line(e)}; the last checkpoint is intact: free space, then --resume")
+        die(f"cannot write {path}: {first_line(e)}; {hint}")
     fsync_tree(os.path.dirname(path) or ".", files=False)
 
 
-def write_json(path, obj):
-    replace_file(path, lambda f: json.dump(obj, f, indent=1))
+def write_json(path, obj, **hint):
+    replace_file(path, lambda f: json.dump(obj, f, indent=1), **hint)
 
 
 def fsync_tree(path, files=True):

@@ -34,7 +34,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import rollout
 import tiny
-from common import LOAD_ERRORS, Parser, add_common_args, die, load_error, load_tokenizer, make_env, parse_args, problem_count
+from common import (LOAD_ERRORS, Parser, add_common_args, die, load_error, load_tokenizer, make_env, parse_args,
+                    problem_count, write_json)
 
 
 def resolve_models(model, role_models, roles):
@@ -211,12 +212,7 @@ def main(argv=None):
         v = res[k]
         print(f"  {k:16s} {v:.4f}" if isinstance(v, float) else f"  {k:16s} {v}")
     if args.json:  # whole or not at all (table.py reads it back); a failed write is one line, the results above
-        try:
-            with open(args.json + ".tmp", "w") as f:
-                json.dump(res, f, indent=1)
-            os.replace(args.json + ".tmp", args.json)
-        except OSError as e:
-            die(f"cannot write --json {args.json}: {e.strerror or e}; the results are printed above")
+        write_json(args.json, res, hint="the results are printed above")
     return res
 
 
