@@ -85,13 +85,18 @@ def _counts(ctrl):
     try:  # a cgroup can be made there, and limited
         os.mkdir(probe := f"{parent}/sbx-{os.getpid()}-probe")
         try:
-            with open(f"{probe}/{'pids.max' if ctrl == 'pids' else 'memory.limit_in_bytes'}", "w") as f:
+            with open(f"{probe}/{_limit_file(ctrl, v2=False)}", "w") as f:
                 f.write("64" if ctrl == "pids" else str(1 << 30))
         finally:
             os.rmdir(probe)
         return parent
     except OSError:
         return ""
+
+
+def _limit_file(ctrl, v2):
+    """The file of a cgroup's `ctrl` limit ("pids" or "memory") on v2 or in v1's hierarchy of that controller."""
+    return "pids.max" if ctrl == "pids" else "memory.max" if v2 else "memory.limit_in_bytes"
 
 
 def _counts_pids():
@@ -141,8 +146,7 @@ class _Cgroup:
                 if d != self.path:
                     os.mkdir(d)
                     self.siblings.append([d, os.open(f"{d}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)])
-                self.limits[ctrl] = [f"{d}/{'memory.max' if where == 'v2' else 'memory.limit_in_bytes'}"
-                                     if ctrl == "memory" else f"{d}/pids.max", None]
+                self.limits[ctrl] = [f"{d}/{_limit_file(ctrl, v2=where == 'v2')}", None]
                 self.limit(ctrl, n)
         except OSError:
             self.remove()
