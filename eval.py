@@ -100,6 +100,14 @@ def shape(cfg):
                                                  "head_dim", "tie_word_embeddings"))
 
 
+def make_engine(args, model_dir, context, **lora):
+    """The one engine serving every role (of a full model, or of the adapters' base with `lora`), started
+    from eval.py's flags; room for the longest prompt and answer the model's context allows."""
+    return rollout.make_engine(args.engine, model_dir, device=args.device, dtype=args.dtype, seed=args.seed,
+                               max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
+                               gpu_memory_utilization=args.gpu_memory_utilization, **lora)
+
+
 def run_eval(args):
     t0 = time.time()
     torch.manual_seed(args.seed)
@@ -118,9 +126,7 @@ def run_eval(args):
         die("the roles' models differ in shape (one engine serves every role): "
             + "; ".join(f"{d}: {s}" for d, s in shapes.items()))
     context = getattr(models[names[0]].config, "max_position_embeddings", 4096)
-    engine = rollout.make_engine(args.engine, names[0], device=args.device, dtype=args.dtype, seed=args.seed,
-                                 max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
-                                 gpu_memory_utilization=args.gpu_memory_utilization)
+    engine = make_engine(args, names[0], context)
     sampler = rollout.Sampler(engine, tok, lambda role: dirs[role], lambda d: models[d].state_dict(),
                               overrides=args.role_sampling)
     return finish(args, sampler, context, dirs, t0)
@@ -138,10 +144,7 @@ def run_eval_adapters(args, roles, dirs, t0):
                 "serves one base (merge the adapters with --merge, or give that role the base)")
     configs = {d: LoraConfig.from_pretrained(d) for d in adapters}
     context = getattr(AutoConfig.from_pretrained(base), "max_position_embeddings", 4096)
-    engine = rollout.make_engine(args.engine, base, device=args.device, dtype=args.dtype, seed=args.seed,
-                                 max_model_len=min(context, args.max_prompt_tokens + args.max_tokens),
-                                 gpu_memory_utilization=args.gpu_memory_utilization,
-                                 lora_rank=max(c.r for c in configs.values()), max_loras=len(adapters))
+    engine = make_engine(args, base, context, lora_rank=max(c.r for c in configs.values()), max_loras=len(adapters))
     names = {d: f"adapter{i}" for i, d in enumerate(adapters)}  # not the path: peft reads a '.' as a module path
     for d in adapters:
         engine.load_adapter(names[d], read_adapter(d).items(), configs[d])
