@@ -11,8 +11,7 @@ are noisy; compare within a run, not across runs).
     python bench.py --sections real      # where --preset cpu-real's time goes, vs a bf16 matmul (~10 min)
 
 1. Sandbox: runs/s of the worker pool and of one bubblewrap namespace per run, each as a ratio to bare
-   `python -I -c` subprocesses, for print(1) and a 50 ms CPU-bound program (--sandbox_before: an older
-   sandbox.py's pool too).
+   `python -I -c` subprocesses, for print(1) and a 50 ms CPU-bound program.
 2. Env: the share of a training step spent stepping envs (plan_path with a code-writing tool agent, and
    the code task), before (one namespace per run, envs one by one) and after (pool, envs in threads).
 3. Rollout: vLLM (in process) vs HF `generate`, tokens per second for a tree-sampling batch; and vLLM
@@ -76,12 +75,10 @@ def time_update(model, samples, fn, micro):
 CPU_50MS = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.05:\n    pass\nprint(1)"
 
 
-def bench_sandbox(n, before=None):
+def bench_sandbox(n):
     """runs/s of bare `python -I -c` subprocesses (no sandbox), one bubblewrap namespace per run and the
     worker pool, same jobs through the same queue (one job per core); the paths alternate twice and each
-    keeps its best (shared machines are noisy). `before`: also the pool of another sandbox.py (an older
-    version, `git show REV:sandbox.py > FILE`), in the same run."""
-    import importlib.util
+    keeps its best (shared machines are noisy)."""
     import subprocess
     import sys
     import sandbox
@@ -93,17 +90,11 @@ def bench_sandbox(n, before=None):
     paths = {"bare python -c": lambda jobs: list(sandbox._executor(None, os.getpid()).map(lambda j: bare(j[0]), jobs)),
              "one namespace per run": lambda jobs: sandbox.run_many(jobs, pool=False),
              "worker pool": lambda jobs: sandbox.run_many(jobs, pool=True)}
-    if before:
-        spec = importlib.util.spec_from_file_location("sandbox_before", before)
-        old = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(old)
-        paths["worker pool, before"] = lambda jobs: old.run_many(jobs, pool=True)
     def cpu():
         """CPU seconds so far of this process, its reaped children and every pool worker's processes (not
         reaped while they serve): what a job costs, whatever else loads the machine."""
         import resource
-        pools = [m._POOL[0] for m in (sandbox, *([old] if before else [])) if m._POOL[0]]
-        procs, kids = sandbox._procs("/proc"), {w.proc.pid for p in pools for w in list(p.idle.queue) if w}
+        procs, kids = sandbox._procs("/proc"), {w.proc.pid for w in list(sandbox._POOL[0].idle.queue) if w}
         while (more := {q for q, st in procs.items() if st[2] in kids} - kids):
             kids |= more
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -169,8 +160,6 @@ def main():
     ap.add_argument("--sections", nargs="+", default=SECTIONS[:-5], choices=SECTIONS,
                     help="what to measure (default: all but dtype, mas, scale, soak and real)")
     ap.add_argument("--sandbox_jobs", type=int, default=400, help="print(1) jobs per sandbox measurement")
-    ap.add_argument("--sandbox_before", default=None, help="also measure the pool of this sandbox.py (an older "
-                    "version: git show REV:sandbox.py > FILE) in the same run")
     S = ap.add_argument_group("scale (--sections scale; lists are comma-separated)")
     csv = lambda f: lambda s: [f(x) for x in s.split(",")]
     S.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the update runs")
@@ -204,7 +193,7 @@ def main():
         import tiny
         model_dir = tiny.build(os.path.join(tempfile.mkdtemp(), "tiny"), sft_steps=0, log=lambda s: None)
     if "sandbox" in a.sections:
-        bench_sandbox(a.sandbox_jobs, a.sandbox_before)
+        bench_sandbox(a.sandbox_jobs)
     if "env" in a.sections:
         bench_env(model_dir)
     if "engine" in a.sections:

@@ -23,6 +23,7 @@
 #   bash gpu_check.sh                  # on the GPU machine (python with vllm==0.32.0, CUDA torch)
 #   DEVICE=cpu bash gpu_check.sh       # dry run of the same steps on CPU (fp32, no sleep mode, gloo; small sizes)
 #   STEPS="engine lora" bash gpu_check.sh   # only these steps (names above; the driver is always checked)
+#                                      # (where none of them runs, e.g. engine under ENGINE=hf: FAILED, exit 1)
 #   SCALE=1 bash gpu_check.sh          # instead: the update at the paper's shapes (issue 24; scale.py): flex and
 #                                      # chunked log-probs checked, then bench.py --sections scale at the 1.7B shape
 #   SCALE=1 PROFILE=1 SCALE_PARTS=update SCALE_VARIANTS=after SCALE_RESPONSE=2048 bash gpu_check.sh
@@ -50,6 +51,10 @@ KNOWN="none fsdp smol engine lora task task-plan_path task-sudoku task-sokoban t
 for w in ${STEPS:-}; do
     case " $(echo $KNOWN) " in *" $w "*) ;; *) echo "gpu_check: error: STEPS: no step named '$w' (the steps: $(echo $KNOWN))"; exit 2 ;; esac
 done
+# STEPS set to blanks ran nothing as well (STEPS="" is unset: every step)
+if [ -n "${STEPS:-}" ] && [ -z "${STEPS//[[:space:]]/}" ]; then
+    echo "gpu_check: error: STEPS is blank: name steps (the steps: $(echo $KNOWN)), or unset it for all"; exit 2
+fi
 
 # first, before anything imports torch: vllm==0.32.0's CUDA wheel is a CUDA 13 build (libnvrtc.so.13, torch
 # 2.13.0+cu130), and CUDA 13 needs an NVIDIA driver >= 580 (580.65.06 at 13.0 GA)
@@ -353,4 +358,11 @@ if [ "$FAILS" -gt 0 ]; then
     log "$FAILS step(s) FAILED; logs in $OUT"
     exit 1
 fi
-log "all $(grep -c . "$OUT/steps.tsv" || true) steps ok (engine ${ENGINE_WHY%%,*}); logs and metrics in $OUT"
+# steps named but none of them runs here (engine, lora: vLLM only; model: MODEL set; task-plan_path-runner-v1:
+# vLLM on CUDA): a session that checked nothing must not end "all 0 steps ok" (STEPS=none asks for that)
+RAN=$(grep -c . "$OUT/steps.tsv" || true)
+if [ "$RAN" = 0 ] && [ "$(echo ${STEPS:-})" != none ]; then
+    echo "gpu_check: FAILED: 0 steps ran: STEPS='${STEPS:-}' selects none here (device $DEVICE, engine $ENGINE, MODEL '${MODEL:-}')"
+    exit 1
+fi
+log "all $RAN steps ok (engine ${ENGINE_WHY%%,*}); logs and metrics in $OUT"

@@ -5,11 +5,12 @@ math_equal(pred, gold) -> bool. An answer is ONE value: `x = 7` is the value 7, 
 or numbers side by side `1 2 3 4` are not the gold's value (math_verify alone would take the last side or
 sum the list). The forms the usual graders (MATH's, Qwen's) accept count: a percent `25%` is 25 or 0.25
 (not 2500); a short name `AB = 5`, `x_1 = 5`, `\\angle A = 30^\\circ` (1-4 letters), `\\overline{AB} = 5`,
-`|AB| = 5`, `\\text{Area} = 12` names the value; `n = 2 \\text{ or } n = 3` is `2, 3`; `\\$` and `$` are
-dropped; `1\\,000` and `1{,}000` are 1000, after a name too (`x = 1\\,000`). Plain
-numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%) compare exactly in-process; anything else goes to math_verify
-in a helper process with a hard limit on its CPU time (safe from any thread, cannot hang a caller, and
-the same verdict on a loaded machine as on an idle one); a pool of helpers serves threads at once.
+`|AB| = 5`, `\\text{Area} = 12` names the value (`|AB|` and `\\overline{AB}` are the name AB, a length);
+`n = 2 \\text{ or } n = 3` is `2, 3`; `\\$` and `$` are dropped; `1\\,000` and `1{,}000` are 1000, after a
+name too (`x = 1\\,000`). Plain numbers (0.5, 1/2, \\frac{1}{2}, 1,000, 50%) compare exactly in-process;
+anything else goes to math_verify in a helper process with a hard limit on its CPU time (safe from any
+thread, cannot hang a caller, and the same verdict on a loaded machine as on an idle one); a pool of
+helpers serves threads at once.
 Verdicts are cached, and so is a request that ran out of its CPU budget (as wrong: CPU time is the same on
 every machine, so it would run out again); a helper that stalls past the wall bound or dies gives no
 verdict: that call says False, and the pair is asked again next time.
@@ -77,7 +78,15 @@ def _clean(s):
     s = re.sub(r"\^\s*(\{\s*\\circ\s*\}|\\circ)$", "", s)  # 30^\circ is 30 (as MATH's grader reads it)
     s = re.sub(rf"(?:{SPACE})?(?:\\(?:text|textrm|mbox|mathrm)\{{\s*or\s*\}}|\bor\b)(?:{SPACE})?", ", ", s)  # 2 or 3: 2, 3
     # the value of each `name = value` part is read as a bare answer is: `x = 1\,000, y = 2\,000` is x = 1000, y = 2000
-    return ", ".join(_thousands(part) for part in re.split(rf",\s*(?={NAME}\s*{EQ})", s))
+    return ", ".join(_thousands(_segment(part)) for part in re.split(rf",\s*(?={NAME}\s*{EQ})", s))
+
+
+def _segment(s):
+    """`|AB| = 5` and `\\overline{AB} = 5` are `AB = 5`: bars or a bar over 2-4 capitals, as a name, spell
+    the length of segment (or polygon) AB, which the bare letters name too; an equation against an equation
+    keeps its names, so one spelling must not be another name. Not one letter: |x| = 5 is x = 5 or -5."""
+    return re.sub(rf"^\s*(?:\|\s*([A-Z]{{2,4}})\s*\||\\overline\{{\s*([A-Z]{{2,4}})\s*\}})(?=\s*{EQ})",
+                  lambda m: m.group(1) or m.group(2), s)
 
 
 def _thousands(s):

@@ -4,8 +4,9 @@ one-line error (nvidia-smi faked on PATH); an installed vllm that does not impor
 1, the HF engine only when asked or when vllm is absent (a fake broken vllm package, or vllm hidden, on
 PYTHONPATH); its steps cover every task and fit the 10-minute budget by their own expected times; a failed or
 timed-out step is one line and the others still run; each step's row says its engine and vLLM model runner;
-the report (its python, on fake outputs) is one screen. The steps themselves run by hand: `DEVICE=cpu STEPS=engine bash
-gpu_check.sh` (minutes on a CPU); on a GPU, the whole script.
+the report (its python, on fake outputs) is one screen; STEPS that runs no step (a typo, blanks, or only steps
+that do not run here) is an error, never "all 0 steps ok". The steps themselves run by hand: `DEVICE=cpu
+STEPS=engine bash gpu_check.sh` (minutes on a CPU); on a GPU, the whole script.
     python -m pytest -q test_gpu_check.py"""
 import os
 import re
@@ -191,3 +192,24 @@ def test_a_step_name_that_names_no_step_is_refused_before_any_work(tmp_path):
         assert code == 2 and len(lines) == 1, (steps, lines)
         assert lines[0].startswith(f"gpu_check: error: STEPS: no step named '{bad}'") and "engine" in lines[0], lines
     assert not (tmp_path / "engin" / "out" / "steps.tsv").exists()  # refused before the first step
+
+
+# ---- a check that checked nothing is not a pass (issue 48) ----------------------------------------------------
+def test_steps_that_select_no_step_here_fail(tmp_path):
+    """STEPS whose every step is skipped here (engine and lora run only under vLLM, model only with MODEL set)
+    ran nothing and ended "all 0 steps ok", exit 0: a GPU session that checked nothing, said to pass. Now the
+    last line is one FAILED line naming STEPS, exit 1. (STEPS=none, the report only, stays 0 steps ok:
+    test_the_hf_engine_only_when_asked_or_vllm_is_absent_and_the_report_says_which.)"""
+    for steps in ("engine lora", "model"):
+        code, lines = check(tmp_path / steps.replace(" ", "_"), DEVICE="cpu", ENGINE="hf", STEPS=steps)
+        assert code == 1 and lines[-1].startswith(f"gpu_check: FAILED: 0 steps ran: STEPS='{steps}'"), (code, lines)
+        assert not any("steps ok" in x for x in lines), lines
+
+
+def test_a_blank_steps_is_refused_before_any_work(tmp_path):
+    """STEPS set to blanks (a variable that came out empty inside quotes) names no step: it ran nothing and
+    ended "all 0 steps ok". Refused as a typo is (exit 2, one line), before anything imports torch. (STEPS=""
+    is STEPS unset, every step: the shell's `${STEPS:-...}`.)"""
+    for i, steps in enumerate((" ", "\t\n ")):
+        code, lines = check(tmp_path / str(i), DEVICE="cpu", ENGINE="hf", STEPS=steps)
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("gpu_check: error: STEPS is blank"), (code, lines)

@@ -281,3 +281,29 @@ def test_a_degenerate_answer_is_judged_in_linear_time():
         t = time.process_time()
         assert mathcheck.math_equal(junk, "7") is False and mathcheck.math_equal("7", junk) is False
         assert time.process_time() - t < 2.0, junk[:20]
+
+
+# ---- a segment's name has three spellings (issue 48) ----------------------------------------------
+# `|AB| = 5` against the gold `AB = 5` was wrong: an equation against an equation keeps its names (`x = 5`
+# is not `y = 5`), and math_verify read |AB| as Abs(A*B), another name than AB. Bars or a bar over 2-4
+# capitals are the length of segment (or polygon) AB, which `AB = 5` names as well: one name, three
+# spellings. Checked both ways round.
+SAME_NAME = [("|AB| = 5", "AB = 5"), ("|AB|=5", "AB=5"), ("| AB | = 5", "AB = 5"), (r"\overline{AB} = 5", "AB = 5"),
+             (r"\overline{AB} = 5", "|AB| = 5"), ("|AB| = 5", r"AB = \frac{10}{2}"), ("|ABCD| = 20", "ABCD = 20"),
+             ("|AB| = 5, |CD| = 6", "AB = 5, CD = 6"), ("|AB| = 5", "5")]  # (the last: as before, the name dropped)
+# ... while another value, or another name, stays wrong (each as before): |x| = 5 is x = 5 or -5, and |A| may
+# be a set's size, so bars around one letter are not a length
+OTHER_NAME = [("|AB| = 6", "AB = 5"), ("|AB| = 5", "AB = 6"), (r"\overline{AB} = 6", "|AB| = 5"), ("|AB| = 5", "CD = 5"),
+              ("|AB| = 5", "|CD| = 5"), (r"\overline{AB} = 5", "CD = 5"), ("AB = 5", "CD = 5"), ("|AB| = 5", "x = 5"),
+              ("|x| = 5", "x = 5"), ("|A| = 5", "A = 5"), ("|AB| = 5, |CD| = 6", "AB = 5, CD = 7"),
+              ("|AB| = 5 = 6", "AB = 6")]
+
+
+@pytest.mark.parametrize("pred, gold", SAME_NAME)
+def test_bars_and_overline_spell_the_segments_name(pred, gold):
+    assert mathcheck.math_equal(pred, gold) is True and mathcheck.math_equal(gold, pred) is True
+
+
+@pytest.mark.parametrize("pred, gold", OTHER_NAME)
+def test_another_value_or_another_name_stays_wrong(pred, gold):
+    assert mathcheck.math_equal(pred, gold) is False and mathcheck.math_equal(gold, pred) is False
