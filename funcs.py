@@ -6,8 +6,9 @@ whose expected values come from running the reference here (our own trusted text
 Most templates take one step beyond a literal expression. The tests are five drawn inputs plus, where
 those let one through, inputs that reject every near miss of the reference (near_misses: each comparison
 changed, each integer literal +-1, a constant return, the body one step short) that differs from it on a
-dense battery of inputs. Every template gives at most CAP problems, so the templates weigh alike in every
-split (not by how many constants they have).
+dense battery of inputs; the record lists the near misses its tests reject (`near_misses`, one program
+per function: the wrong programs of the code task's discriminating tester reward). Every template gives at
+most CAP problems, so the templates weigh alike in every split (not by how many constants they have).
 
 Splits by content, like arith: a problem belongs to the split that a hash of its VALUE (template name,
 constants) names, so no held-out problem is a training one; a held-out problem that behaves as a training
@@ -150,6 +151,14 @@ def _fails(f, x, want):
         return True
 
 
+def _value(f, x):
+    """f's value on input x as repr spells it, or "raises"."""
+    try:
+        return repr(f(x))
+    except Exception:  # noqa: BLE001
+        return "raises"
+
+
 def rejecting(ref, misses, tests, pool):
     """Inputs from pool to test besides `tests` so that every near miss fails one: greedily the input that
     the most still passing fail (the first in pool on ties). A near miss that no input of the pool tells
@@ -184,13 +193,20 @@ def make(t, consts):
     # the near misses these five let through fail an input added from the pool: the problem's own inputs
     # first (its constants' neighbours, a few drawn), then the battery
     pool = [_input(arg, rng, consts, i) for i in range(20)] + list(battery(arg))
-    tests += rejecting(ref, [_define(name, arg, b) for b in near_misses(body, arg, short)], tests, pool)
+    misses = [(b, _define(name, arg, b)) for b in near_misses(body, arg, short)]
+    tests += rejecting(ref, [f for _, f in misses], tests, pool)
+    # the wrong programs a tester's test is paid for failing where the coder's branches do not disagree
+    # (task_code's Code.wrong_programs): the near misses that fail a test, one per function (by their values)
+    wrong = {}
+    for b, f in misses:
+        if any(_fails(f, x, ref(x)) for x in tests):
+            wrong.setdefault(tuple(_value(f, x) for x in tests), f"def {name}({arg}):\n    {b}\n")
     text = (f"Write a Python function `{name}({arg})` that returns {says.format(**consts)}.\n"
             f"Example: {name}({example!r}) == {ref(example)!r}")
     return {"name": f"funcs/{name}/" + ",".join(f"{k}={v}" for k, v in consts.items()), "problem": text,
             "kind": "function", "entry_point": name, "reference": f"def {name}({arg}):\n    {body}\n", "setup": "",
             "source": "funcs-unseen" if name in UNSEEN else "funcs-seen",
-            "tests": [f"assert {name}({x!r}) == {ref(x)!r}" for x in tests]}
+            "tests": [f"assert {name}({x!r}) == {ref(x)!r}" for x in tests], "near_misses": list(wrong.values())}
 
 
 @lru_cache(maxsize=None)

@@ -425,14 +425,14 @@ def tree_rollout(envs, sampler, K, temperature, max_tokens, rng, max_prompt_toke
                     steps += [(env.clone(), role, sampler.decode(c, env, role)) for c in comps]
                 rewards = step_envs(sampler, pool, steps)
                 for i, (it, p, comps) in enumerate(zip(live, prompts, outs)):
-                    pid, env = it
-                    key = group_key(pid, env, role)  # env: the state before the step (its clones moved)
+                    key = group_key(*it, role)  # it: (pid, the state before the step: its clones moved)
                     branches, rs = [b for b, _, _ in steps[i * K:(i + 1) * K]], rewards[i * K:(i + 1) * K]
                     group = [Sample(p, c.ids, c.logprobs, float(r), key, role, sampler.route(role), c.truncated, text,
                                     temperature=c.temperature) for c, r, (_, _, text) in zip(comps, rs, steps[i * K:(i + 1) * K])]
                     j = pick_branch(rs, rng, branch)
                     group[j].extra["continued"] = True  # the branch the episode goes on from
                     it[1] = branches[j]  # the stepped, scored object itself
+                    branches[j].branched(role, branches)  # what its siblings did, for later rewards (Task.branched)
                     samples += group
     check_groups(samples, K)
     return samples, [it[1] for it in items]

@@ -10,6 +10,7 @@ The contract every task keeps (train.py, rollout.py and eval.py rely on it):
     env.clone()          fully independent copy (tree sampling steps, scores and keeps clones)
     env.reference(role)  a correct output text for that role in the current state, or None
     env.before_cut(role, text)  what of a response cut at max_tokens the task still judges ("": no answer)
+    env.branched(role, branches)  tree sampling's K stepped clones, told to the one it goes on from (default: no-op)
 
 A subclass sets NAME, ROLES and OPTIONS and defines render(role) -> messages, act(role, text) -> (team,
 local), reference(role); it calls end_turn(stop) after the last role of a turn. The base checks the
@@ -175,6 +176,11 @@ class Task:
         answer); a task whose answers have a visible end (a closed code fence, a closed \\boxed{}) returns
         the text when the answer ended before the cut, so a complete answer followed by cut prose counts."""
         return ""
+
+    def branched(self, role, branches):
+        """Tree sampling stepped `role` on K clones of one state (`branches`, this one among them) and goes on
+        from this one: a task may keep what the siblings did (code: the coder's programs, for the tester's
+        reward). By default nothing; one-branch rollouts (parallel sampling, evaluation) never call it."""
 
     def clone(self):
         return copy.deepcopy(self)

@@ -9,6 +9,7 @@ import copy
 import functools
 import random
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import funcs
 from task import DATA_OPTION, Task, closed_code, extract_code
@@ -216,28 +217,35 @@ def show_test(test):
 
 class Code(Task):
     """A coder writes a program (stdin/stdout, or the function a problem names); a unit-tester writes
-    one test per turn. The coder sees its previous program and where it failed the generated tests.
-    Done when the coder's program passes every generated test (or after max_turns). Success = the
+    one test per turn. The coder sees its previous program and where it failed the kept tests (each: the
+    input, the expected value, what it returned, printed or raised). Every new test the tester writes is
+    kept, right or wrong (a copy is not: nothing new); done when no kept test fails the coder's program,
+    none kept included (or after max_turns). Training and held out run this one workflow: see act. Success = the
     coder's final program passes ALL the problem's own tests (in training: at most --train_tests of them,
     a fixed draw per problem). Rewards: coder team = success, local = fraction of those tests passed;
-    tester local = 1 if the REFERENCE solution passes its test (0 if it fails it, if the problem has no
-    reference, or if the test copies an example the statement shows (shown_tests, shown_io) or a test
-    already written; -1 for no test:
-    for a function, a test is `assert f(literals) == literal`, see pins), team = the coder's success.
-    In training the coder sees (and "done" counts) only the generated tests the reference passes.
-    Held out (val/test) the coder's tests stop at the first failure: success is all that is measured there.
+    tester local = tester_reward (--tester_reward right, the default: 1 if the REFERENCE solution passes its
+    test, 0 if it fails it, if the problem has no reference, or if the test copies an example the statement
+    shows (shown_tests, shown_io) or a test already written; -1 for no test; discriminate: a right test is
+    paid by the wrong programs it fails), team = the coder's success. For a function, a test is
+    `assert f(literals) == literal` (pins).
+    Held out (val/test) the coder's own tests stop at the first failure: success is all that is measured there.
     Single-agent workflow: the coder alone, one program.
     Notes (Task.note; eval.py reports them): coder/first_pass (its first program passes), tester/right (a
-    new test the reference passes), tester/copied (a copy of the example or an earlier test), tester/useful
-    (held out, while the coder's program is wrong: a right test that program fails, i.e. one that catches
-    its bug)."""
+    new test the reference passes), tester/copied (a copy of the statement's example OR a repeat of an
+    earlier test of the episode, respelt or not: pins, bind), each a share of every tester turn;
+    tester/useful (a right test the coder's program fails, i.e. one that catches its bug): asked only held
+    out and only on the tester turns that follow a wrong program, so its share is of those turns."""
     NAME = "code"
     ROLES = {"mas": ("coder", "tester"), "single": ("coder",)}
     OPTIONS = {**Task.OPTIONS, **DATA_OPTION,
                "max_turns": {**Task.OPTIONS["max_turns"], "default": 5},  # the reference's code workflow: 5 turns
                # CodeContests lists up to hundreds of (generated) tests per problem, run for every branch
                "train_tests": dict(type=int, default=10, help="training only: a coder's program runs on at most N "
-                                   "of the problem's tests (a fixed draw per problem; 0: all); val/test run all")}
+                                   "of the problem's tests (a fixed draw per problem; 0: all); val/test run all"),
+               "tester_reward": dict(default="right", choices=("right", "discriminate"),
+                                     help="the tester's local reward: right (1 when the reference passes a new "
+                                     "test) or discriminate (the share of wrong programs a right test fails, -0.5 "
+                                     "when the reference fails it); see task_code.Code.tester_reward")}
 
     def __init__(self, split="train", index=0, **options):
         super().__init__(split, index, **options)
@@ -253,7 +261,9 @@ class Code(Task):
         if split == "train" and cap and len(tests) > cap:
             draw = random.Random(f"{self.task.get('name')}/{self.task['problem']}").sample(range(len(tests)), cap)
             self.own_tests = [tests[i] for i in sorted(draw)]
-        self.program, self.tests, self.failures = None, [], []  # generated tests, their failures
+        self.program, self.tests, self.failures = None, [], []  # kept tests, the program's failures of them
+        self.failed = 0, 0  # (how many kept tests the program fails, of how many): failures shows at most 3
+        self.siblings = None  # (how many were right, the distinct wrong programs) of this turn's coder branches
         ep = self.task.get("entry_point")
         # the examples the statement shows, as test keys (shared by clones, never mutated)
         self.shown = shown_tests(self.task["problem"], ep) if ep else shown_io(self.task["problem"])
@@ -282,7 +292,9 @@ class Code(Task):
         if self.program is not None:
             text += f"Current program:\n```python\n{self.program[:2000]}\n```\n"
         if role == "coder" and self.failures:
-            text += "It failed these tests:\n" + "\n".join(self.failures) + "\n"
+            (n, m), k = self.failed, len(self.failures)  # (data.run_tests reports at most 3)
+            text += f"It failed {n} of {m} tests{f' (the first {k} shown)' if n > k else ''}:\n"
+            text += "\n".join(self.failures) + "\n"
         if role == "tester" and self.tests:
             text += "Tests so far:\n" + "\n".join(show_test(t) for t in self.tests[-3:]) + "\n"
         return [{"role": "user", "content": text}]
@@ -291,6 +303,7 @@ class Code(Task):
         import data as D
         if role == "coder":
             self.program = extract_code(text) if isinstance(text, str) else None
+            self.siblings = None  # the last turn's; tree sampling gives this turn's (branched)
             # held out, only success is measured: stop at the first failing test (the local reward there
             # counts the passing prefix); in training every test runs, the local reward needs the count
             rep = D.run_tests(self.program or "", self.task, self.own_tests, first_failure=self.split != "train")
@@ -306,24 +319,71 @@ class Code(Task):
         seen = {bind(k, self.params) for k in ({pins(t, ep) for t in self.tests} | self.shown)}
         copied = test is not None and bind(pins(test, ep), self.params) in seen
         self.note("tester/copied", copied)
-        if test is None or copied:
-            local = -1.0 if test is None else 0.0
-        else:
-            ref = self.task.get("reference")
-            local = float(bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1)
-            # In training only tests the reference passes reach the coder's feedback and "done": a wrong
-            # test would show a correct program "failures" and block "done". On val/test the episode runs
-            # as deployed, where no reference exists: consulting it would leak the answer into the score.
-            if local == 1.0 or self.split != "train":
-                self.tests.append(test)
-        self.note("tester/right", local == 1.0)  # a new test the reference passes (no test, a copy: not right)
+        ref, right = self.task.get("reference"), None  # right: whether the reference passes a new test
+        if test is not None and not copied:
+            right = bool(ref) and D.run_tests(ref, self.task, [test]).passed == 1  # for the reward and notes only
+            # Kept, right or wrong, in training as held out: held out the episode runs as deployed, where no
+            # reference exists (consulting it would leak the answer into the score), and training runs the
+            # same episode, so the coder meets wrong tests there too: its reward (the problem's own tests)
+            # then pays keeping a right program against a wrong test, not obeying every failing one.
+            self.tests.append(test)
+        local = self.tester_reward(test, right)
+        self.note("tester/right", bool(right))  # a new test the reference passes (no test, a copy: not right)
         if self.split != "train" and not self.success:  # held out (a sandbox run more): does a right test
             # catch the coder's wrong program? (training skips it: a cost per branch, not a reward)
-            self.note("tester/useful", local == 1.0 and D.run_tests(self.program or "", self.task, [test]).passed == 0)
+            self.note("tester/useful", bool(right) and D.run_tests(self.program or "", self.task, [test]).passed == 0)
         rep = D.run_tests(self.program or "", self.task, self.tests) if self.tests else None
-        self.failures = rep.failures if rep else []
-        self.end_turn(rep is not None and rep.passed == rep.total)
+        self.failures, self.failed = (rep.failures, (rep.total - rep.passed, rep.total)) if rep else ([], (0, 0))
+        # done when no kept test fails the program, none kept (a copy, no test) included: a next turn would
+        # show the coder no failure, and a rewrite with nothing to fix only redraws the program (a right one
+        # can only get worse); so a copied or missing test ends the episode as a passed one does
+        self.end_turn(rep is None or rep.passed == rep.total)
         return float(self.success), local
+
+    def tester_reward(self, test, right):
+        """The tester's local reward for `test` (None: no test), `right`: None for a copy (of the statement's
+        example or a test already written: not run) and for no test, else whether the reference passes it.
+        --tester_reward right: 1 for a right test, 0 for a copy or a test the reference fails (or with no
+        reference), -1 for no test. --tester_reward discriminate pays a test by the wrong programs it fails
+        while the reference passes it (as CURE, UTRL and Code-A1 do): -1 no test; -0.5 a test
+        the reference fails (below every right test; still above no test: it is one); 0 a copy (what a right
+        test that catches nothing earns, and no more: a copy tests nothing new, whatever it would catch);
+        a right test the share of wrong_programs() it fails, in [0, 1] (0 when there are none, or with no
+        reference: nothing to judge the test by). One sandbox run per wrong program, all at once."""
+        if test is None:
+            return -1.0
+        if self.options["tester_reward"] == "right":
+            return float(bool(right))
+        if right is None:  # a copy
+            return 0.0
+        if not right:
+            return -0.5 if self.task.get("reference") else 0.0
+        import data as D
+        wrong = self.wrong_programs()
+        if not wrong:
+            return 0.0
+        with ThreadPoolExecutor(len(wrong)) as pool:  # the sandbox's shared queue runs them on every core
+            caught = pool.map(lambda p: D.run_tests(p, self.task, [test]).passed == 0, wrong)
+            return sum(caught) / len(wrong)
+
+    def wrong_programs(self):
+        """The programs a right test is paid for failing (tester_reward). The coder's wrong programs of this
+        turn, distinct, where its tree branches disagree (some pass the problem's own tests, some fail them:
+        branched); else (all right, all wrong, or one branch: parallel sampling, evaluation) the reference's
+        near misses the record lists (funcs: one edit from right, the body one step short among them). A
+        weak coder's all-wrong programs are mostly wrong everywhere (no function, a syntax error): every
+        right test fails them alike. Data without near misses (every set but funcs): the wrong siblings,
+        whatever the right ones, and none (a right test earns 0) with no siblings or all of them right."""
+        n_right, wrong = self.siblings or (0, ())
+        if wrong and n_right:
+            return list(wrong)
+        return list(self.task.get("near_misses") or wrong)
+
+    def branched(self, role, branches):
+        """The coder's tree branches of this turn (this one among them): for the tester's wrong_programs."""
+        if role == "coder":
+            wrong = [b.program for b in branches if not b.success and (b.program or "").strip()]
+            self.siblings = sum(b.success for b in branches), tuple(dict.fromkeys(wrong))
 
     def reference(self, role):
         if role == "coder":

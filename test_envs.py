@@ -8,6 +8,7 @@ import json
 import pickle
 import random
 import re
+import warnings
 
 import pytest
 
@@ -426,24 +427,92 @@ def test_split_of_is_a_pure_function_with_the_stated_shares():
         assert abs(counts[split] / 20_000 - share) < 0.01
 
 
-# ---- the code tester: only valid tests reach the coder in training ------------------------------
-def test_invalid_generated_tests_never_reach_the_coder_in_training():
-    e = envs.make("code", "train", 0, data="offline", max_turns=3)  # shipped stdin problem: sum of n ints
-    assert e.task["reference"]
-    e.step("coder", e.reference("coder"))
-    assert e.success
-    wrong = "Input:\n2\n1 2\nOutput:\n4"  # the reference prints 3: an invalid test
-    assert e.step("tester", wrong) == pytest.approx(e.alpha * 1.0 + 0.0)  # tester scored as before: 0
-    assert e.tests == [] and e.failures == [] and not e.done
-    e.step("coder", e.reference("coder"))
-    assert e.step("tester", "Input:\n3\n1 2 3\nOutput:\n6") == pytest.approx(e.alpha + 1.0)
-    assert len(e.tests) == 1 and e.done  # a valid test the program passes: done fires
-    # held-out episodes run as deployed (no reference consulted): the same wrong test is kept and shown
-    t = envs.make("code", "test", 0, data="offline", max_turns=3)
-    ep = t.task["entry_point"]
-    t.step("coder", t.reference("coder"))
-    t.step("tester", f"assert {ep}([1.0, 2.0], 0.5) == 12345")  # a well-formed test with a wrong expectation
-    assert len(t.tests) == 1 and t.failures and not t.done
+# ---- the code workflow: one in training and held out ------------------------------------------------
+SCALE = "def scale(xs):\n    return [x * 2 + 1 for x in xs]\n"
+SHORT = "def scale(xs):\n    return [x * 2 for x in xs]\n"  # one step short: wrong, though right on []
+SCALE_ROW = {"name": "scale", "kind": "function", "entry_point": "scale", "reference": SCALE,
+             "problem": "Write a Python function `scale(xs)` that returns each x times 2 plus 1.\n"
+                        "Example: scale([1, 2]) == [3, 5]",
+             "tests": ["assert scale([]) == []", "assert scale([0, 4]) == [1, 9]", "assert scale([-1]) == [-1]"]}
+
+
+def twins(tmp_path, row, **options):
+    """One problem as a training and as a held-out episode (a local file is one set: its test split is its
+    training problems), so that whatever differs between the two is the workflow's doing."""
+    path = tmp_path / f"{row['name']}.jsonl"  # (a path is read once: data.py caches it)
+    path.write_text(json.dumps(row) + "\n")
+    with warnings.catch_warnings():  # that a local file's test split is its training one: the point here
+        warnings.simplefilter("ignore", UserWarning)
+        return [envs.make("code", split, 0, data=str(path), **options) for split in ("train", "test")]
+
+
+def code(program):
+    return f"```python\n{program}```"
+
+
+COPY, RIGHT, WRONG = "assert scale([1, 2]) == [3, 5]", "assert scale([0]) == [1]", "assert scale([1]) == [4]"
+
+
+@pytest.mark.parametrize("coder, tester, kept, done", [
+    (SCALE, WRONG, 1, False),   # a wrong test is kept in both: a right program "fails" it, as deployed
+    (SCALE, COPY, 0, True),     # nothing kept, nothing failed: the right program stands (was: rewritten)
+    (SCALE, "no test", 0, True),
+    (SHORT, COPY, 0, True),     # nothing kept: no failure to show, so no next turn (was: a blind rewrite)
+    (SHORT, "assert scale([]) == []", 1, True),  # a right test the wrong program passes: done, as ever
+    (SHORT, RIGHT, 1, False),   # a right test the wrong program fails: the coder sees it
+    (SHORT, WRONG, 1, False)],
+    ids=["right-wrong", "right-copy", "right-none", "short-copy", "short-passed", "short-caught", "short-wrong"])
+def test_one_workflow_in_training_and_held_out(tmp_path, coder, tester, kept, done):
+    """A training and a held-out episode of one problem, given the same replies, keep the same tests, show
+    the coder the same failures and end alike: the reference (which deployment lacks) decides neither.
+    Before, training kept only the tests the reference passes while held out kept every new one, and with
+    no test kept the turn never ended (a right first program was rewritten with no failure to fix)."""
+    ends = []
+    for e in twins(tmp_path, SCALE_ROW, max_turns=3):
+        e.step("coder", code(coder))
+        e.step("tester", tester)
+        ends.append((len(e.tests), bool(e.failures), e.done, e.turn, e.prompt("coder") if not e.done else None))
+    assert ends[0] == ends[1], ends
+    assert ends[0][:3] == (kept, not done, done)
+
+
+def test_a_kept_test_still_fails_a_later_program_and_the_episode_ends_when_none_does(tmp_path):
+    """"Done" is: no kept test fails the coder's program (none kept: none fails). Tests kept on earlier turns
+    still count: after a copy (nothing new kept) the earlier test decides; in both splits alike."""
+    for e in twins(tmp_path, SCALE_ROW, max_turns=4):
+        e.step("coder", code(SHORT))
+        e.step("tester", RIGHT)
+        e.step("coder", code(SHORT))
+        e.step("tester", COPY)  # nothing new; the kept test still fails SHORT
+        assert e.tests == [RIGHT] and not e.done and e.failures, e.split
+        e.step("coder", code(SCALE))
+        e.step("tester", COPY)
+        assert e.done and e.success and e.turn == 3, e.split
+
+
+def test_the_coder_sees_each_mismatch_its_input_expected_value_and_what_it_got(tmp_path):
+    """The coder's next turn shows, for each kept test its program fails, the input, the expected value and
+    what the program returned, printed or raised; and how many failed of how many, since data.run_tests
+    reports at most 3 (a 5-turn episode keeps up to 4 before the coder's last turn)."""
+    e, _ = twins(tmp_path, SCALE_ROW, max_turns=5)
+    for x in (0, 2, 3, 4):  # four right tests, each failed
+        e.step("coder", code(SHORT))
+        e.step("tester", f"assert scale([{x}]) == [{2 * x + 1}]")
+    text = e.prompt("coder")[0]["content"]
+    assert "It failed 4 of 4 tests (the first 3 shown):\n" in text, text
+    assert "assert scale([0]) == [1] -> AssertionError; got: [0]" in text  # input, expected, got
+    e, _ = twins(tmp_path, SCALE_ROW, max_turns=3)
+    e.step("coder", code("def scale(xs):\n    raise ValueError('no scale for ' + repr(xs))\n"))
+    e.step("tester", RIGHT)
+    text = e.prompt("coder")[0]["content"]
+    assert "It failed 1 of 1 tests:\nassert scale([0]) == [1] -> ValueError: no scale for [0]\n" in text, text
+    stdin = {"name": "sum", "kind": "stdin", "reference": SUM, "problem": "Print the sum of n integers.",
+             "tests": [{"input": "1\n7\n", "output": "7\n"}]}
+    for program, why in (("print(0)\n", "got: '0\\n'"), ("raise ValueError('bad')\n", "error: 'ValueError: bad'")):
+        e, _ = twins(tmp_path, stdin, max_turns=3)
+        e.step("coder", code(program))
+        e.step("tester", "Input:\n2\n5 6\nOutput:\n11")
+        assert f"input: '2\\n5 6\\n' expected: '11\\n' {why}" in e.prompt("coder")[0]["content"], program
 
 
 def test_random_floor_plays_whole_episodes_and_is_low():
