@@ -162,6 +162,7 @@ def parse_args(ap, argv):
     except (ValueError, RuntimeError) as e:
         die(str(e))
     args.role_sampling = role_sampling(args.role_sampling, roles, args.max_tokens)
+    sandbox_or_die(args)
     return args
 
 
@@ -202,6 +203,21 @@ def task_roles(args):
     """The roles of the task named by the flags, from its class alone (options checked; no dataset load)."""
     cls = envs.task_class(args.task)
     return cls.ROLES[cls.resolve(envs.task_options(args.task, args))["workflow"]]
+
+
+def sandbox_or_die(args):
+    """A command that will run model-written code (a math or code task, a game's tool in code mode; not train.py
+    --plan, eval.py --plot or --merge) stops before any work, one line naming the fix, where nothing can keep
+    that code off this machine's files (sandbox.check: no usable bubblewrap and no user namespace of its own;
+    ATGRPO_UNSAFE_SANDBOX=1 runs it anyway)."""
+    if any(getattr(args, k, None) for k in ("plan", "plot", "merge")):
+        return
+    if args.task in ("math", "code") or getattr(args, "tool_mode", "") == "code":
+        import sandbox
+        try:
+            sandbox.check()
+        except RuntimeError as e:
+            die(str(e))
 
 
 def problem_count(args, split):

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from functools import lru_cache
@@ -51,10 +52,11 @@ def _works(argv, preexec_fn=None):
     return p.returncode == 0 and p.stdout.split() == [sys.prefix, sys.base_prefix]
 
 
-def _drop(uid):
-    """Root only: no capabilities and no way back (util-linux), as `uid` (None: staying uid 0)."""
+def _drop(uid, root=ROOT):
+    """Root only (of the host, or of a job's own user namespace: root=True): no capabilities and no way back
+    (util-linux), as `uid` (None: staying uid 0)."""
     ids = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
-    return ["setpriv", *ids, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if ROOT else []
+    return ["setpriv", *ids, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if root else []
 
 
 @lru_cache(maxsize=1)
@@ -82,26 +84,41 @@ def _bwrap():
     if shutil.which("bwrap") and _works([*a, "--", *_drop(65534)]):
         return a
     pre, drop, hide = _fallback()
-    warnings.warn(f"sandbox: bubblewrap missing or not working; falling back to {' '.join(pre) or 'no namespaces'}"
-                  f" + rlimits{' as root' if ROOT and drop != 'uid' else ''}"
-                  f"{', in a root of its own' if hide else ', without filesystem isolation'}",
-                  RuntimeWarning, stacklevel=3)
+    how = (f"a root of its own ({'' if ROOT else 'user, '}mount and network namespaces{', ' if pre else ''}"
+           f"{' '.join(pre)})" if hide else f"{' '.join(pre) or 'no namespaces'}, without filesystem isolation "
+           f"(sandbox.check stops a task)")
+    warnings.warn(f"sandbox: bubblewrap missing or not working; falling back to {how} + rlimits"
+                  f"{' as root' if ROOT and drop != 'uid' else ''}", RuntimeWarning, stacklevel=3)
     return None
 
 
 @lru_cache(maxsize=1)
 def _fallback():
-    """(most isolated `unshare` prefix that works here, how root is dropped: 'uid' (an unprivileged uid),
-    'caps' (uid 0 without capabilities: the interpreter is not reachable by other uids) or '' (neither: not
-    root, or it failed), whether /sys is hidden (root only, see _hide_sys)). A cgroup is used where the
-    drop is not '': then the program can write no cgroup file."""
-    exe, r = shutil.which("unshare"), [] if ROOT else ["-r"]  # -r: a user namespace lets non-root unshare
-    hide = ROOT and _libc() is not None and _works([], _hide_sys)  # (libc loaded here, not in a forked child)
-    for pre in [[exe, *r, "-n", "-p", "-f", "--kill-child", "--mount-proc"], [exe, *r, "-n"], []] if exe else [[]]:
-        drops = [("uid", _drop(65534)), *([("caps", _drop(None))] if hide else []), ("", [])] if ROOT else [("", [])]
-        for drop, argv in drops:
-            if not pre and not argv or _works(pre + argv, _hide_sys if hide else None):
-                return pre, drop, hide
+    """(most isolated `unshare` prefix that works here, how root is dropped, whether the job runs in a root of its
+    own (hide: _hide_sys, which also gives it no network)). The drop: 'uid' (as root: an unprivileged uid),
+    'caps' (uid 0 without capabilities: as root, where the interpreter is not reachable by other uids even in
+    the job's root; not root, the root of the job's own user namespace, the caller's uid outside) or ''
+    (nothing to drop, or it failed). Each is probed in a root built as a job's. Not root, a root of its own
+    needs unprivileged user namespaces; where there are none the program sees the host's files (check()
+    stops a task there). A cgroup is used where the drop is not '': then the program can write no
+    cgroup file."""
+    exe = shutil.which("unshare", path=PATH["PATH"])  # one that the job's root has too
+    with tempfile.TemporaryDirectory(prefix="sbx-probe-") as work:
+        build = lambda: _hide_sys(work)
+        for hide in [True, False] if _libc() is not None else [False]:  # (libc loaded here, not in a forked child)
+            if hide:  # its network namespace is _hide_sys's: unshare only adds the PID namespace
+                pres = [[exe, "-p", "-f", "--kill-child", "--mount-proc"]] if exe else []
+            else:  # -r: a user namespace lets non-root unshare
+                pres = [[exe, *([] if ROOT else ["-r"]), "-n", *x] for x in ("-p -f --kill-child --mount-proc".split(),
+                                                                              [])] if exe else []
+            # in a root of its own, no capability stays (with one, a chroot is left); not root, they are the job's
+            # user namespace's
+            drops = ([("uid", _drop(65534)), ("caps" if hide else "", _drop(None) if hide else [])] if ROOT else
+                     [("caps", _drop(None, root=True))] if hide else [("", [])])
+            for pre in [*pres, []]:
+                for drop, argv in drops:
+                    if not hide and not pre and not argv or _works(pre + argv, build if hide else None):
+                        return pre, drop, hide
 
 
 @lru_cache(maxsize=1)
@@ -109,19 +126,27 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _hide_sys(work=None):
-    """In a fallback job's process, as root, before exec: a mount namespace of its own (private: nothing
-    propagates back) where /sys is an empty read-only tmpfs, so no cgroup file can be reached from it; and with
-    `work`, a root of its own built there as bubblewrap's: a tmpfs of TMPFS_BYTES, the host's system and Python
-    dirs bound in read-only, a few devices, an empty /proc (unshare --mount-proc fills it) and /tmp, where it
-    runs (cwd, HOME, TMPDIR) and all it may write. The host's other files (the repository, a hub cache of tests
-    and answers) are not in it; its capabilities go before the program runs, so it cannot chroot out."""
+def _hide_sys(work):
+    """In a fallback job's process before exec: a root of its own built in `work` as bubblewrap's, in mount and
+    network namespaces of its own (private: nothing propagates back; no network): a tmpfs of TMPFS_BYTES, the
+    host's system and Python dirs bound in read-only, a few devices, an empty /proc (unshare --mount-proc fills
+    it) and /tmp, where it runs (cwd, HOME, TMPDIR) and all it may write. The host's other files (the repository,
+    a hub cache of tests and answers, /sys and its cgroup files) are not in it. Not root: first a user namespace
+    of its own, where it is root (the caller's uid outside, which RLIMIT_NPROC binds) and may build the rest.
+    Its capabilities go before the program runs (_drop), so it cannot chroot out, and the kernel lets no
+    chrooted process make a user namespace to get them back."""
     libc = _libc()
-    if (libc.unshare(0x00020000) or libc.mount(b"none", b"/", None, 16384 | (1 << 18), None) or  # NEWNS; rprivate
+    if not ROOT:
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(0x10000000):  # CLONE_NEWUSER
+            raise OSError(ctypes.get_errno(), "sandbox: a user namespace (unprivileged ones are off here?)")
+        for f, line in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{f}", "w") as fh:
+                fh.write(line)
+    if (libc.unshare(0x00020000 | 0x40000000) or  # CLONE_NEWNS | CLONE_NEWNET
+            libc.mount(b"none", b"/", None, 16384 | (1 << 18), None) or  # MS_REC | MS_PRIVATE
             libc.mount(b"none", b"/sys", b"tmpfs", 1 | 2 | 4 | 8, b"size=4k")):  # RDONLY NOSUID NODEV NOEXEC
         raise OSError(ctypes.get_errno(), "sandbox: hiding /sys")
-    if not work:
-        return
     if libc.mount(b"tmpfs", work.encode(), b"tmpfs", 2 | 4, b"size=%d,mode=0755" % TMPFS_BYTES):  # NOSUID NODEV
         raise OSError(ctypes.get_errno(), "sandbox: a tmpfs for the job's root")
     for d in ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", *PYTHON_DIRS,
@@ -133,8 +158,11 @@ def _hide_sys(work=None):
         elif os.path.exists(d):
             os.makedirs(os.path.dirname(work + d), mode=0o755, exist_ok=True)
             os.mkdir(work + d) if os.path.isdir(d) else open(work + d, "w").close()
+            # read-only (MS_REMOUNT | MS_BIND | RDONLY | NOSUID, NODEV but for devices), keeping the nosuid, nodev
+            # and noexec of its mount: in a user namespace they are locked, and a remount without them fails
+            ro = 32 | 4096 | 1 | 2 | (4 if d[:5] != "/dev/" else 0) | os.statvfs(d).f_flag & (2 | 4 | 8)
             if (libc.mount(d.encode(), (work + d).encode(), None, 4096 | 16384, None) or  # MS_BIND | MS_REC
-                    libc.mount(None, (work + d).encode(), None, 32 | 4096 | 1 | 2 | (4 if d[:5] != "/dev/" else 0), None)):
+                    libc.mount(None, (work + d).encode(), None, ro, None)):
                 raise OSError(ctypes.get_errno(), "sandbox: binding " + d)
     for d, mode in (("/proc", 0o555), ("/tmp", 0o1777)):
         os.makedirs(work + d, exist_ok=True)
@@ -447,3 +475,35 @@ class Pool:
             if w is not None:
                 w.kill()
             self.idle.put(None)
+
+
+# ---- before a task runs model code: can it be kept off the host's files here? ------------------------------------
+
+UNSAFE = "ATGRPO_UNSAFE_SANDBOX"  # =1: run model code even where nothing keeps it off the host's files (check())
+# the kernel settings that keep an unprivileged user namespace from being made (or from holding capabilities):
+# (file under /proc/sys, its value when it does, the value that allows them)
+USERNS_OFF = [("kernel/unprivileged_userns_clone", "0", "1"), ("user/max_user_namespaces", "0", "10000"),
+              ("kernel/apparmor_restrict_unprivileged_userns", "1", "0")]
+
+
+def check():
+    """Raises RuntimeError, one line naming the fix, where a program would run with the host's files in reach:
+    no usable bubblewrap, and the fallback cannot build a root of its own (not root, and unprivileged user
+    namespaces are off). train.py and eval.py call it (sandbox.check, through common.sandbox_or_die) before a
+    task that runs model code starts; UNSAFE=1 in the environment runs it anyway (the program then reads and
+    writes whatever this user can)."""
+    if os.environ.get(UNSAFE) == "1" or _bwrap() is not None or _fallback()[2]:
+        return
+    sysctl = next((f" (`sysctl -w {f.replace('/', '.')}={on}`)" for f, off, on in USERNS_OFF
+                   if _read(f"/proc/sys/{f}") == off), "")
+    raise RuntimeError(f"sandbox: nothing here keeps model-written code off this machine's files (no usable "
+                       f"bubblewrap, no user namespace of its own): `apt-get install bubblewrap`, or allow "
+                       f"unprivileged user namespaces{sysctl}; {UNSAFE}=1 runs it anyway")
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None

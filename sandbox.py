@@ -29,33 +29,34 @@ the Python prefixes only (no /home, /root, /sys, repo, host /tmp); a fresh 64 Mi
 directory, as the only writable place. A root caller's program runs as a random unprivileged uid with
 no capabilities and no_new_privs: it cannot read root-only files, and RLIMIT_NPROC (which never binds
 uid 0) applies.
-Fallback (no usable bwrap; warned once): `unshare [-r] -n -p -f --kill-child --mount-proc` where that
-works, else `unshare -n`, else nothing, from a fresh temp dir (under WORK_ROOT) removed afterwards. As root
-it runs as an unprivileged uid where the interpreter is reachable by other uids, else as uid 0 without
-capabilities; either way in a mount namespace of its own whose /sys is an empty read-only tmpfs (no cgroup
-file to write, no right to unmount it), chrooted into a root built in that temp dir as bubblewrap's (a 64 MiB
-tmpfs, the system and Python dirs bound read-only, /tmp its only writable place: pool._hide_sys). Not root,
-the program sees the host filesystem and can write wherever its user can. RLIMIT_NPROC never binds uid 0:
-there a pids cgroup counts the program's processes instead (cgroup._counts_pids: v2's pids controller, or
-v1's pids hierarchy), and where neither exists nothing does.
-Default, the worker pool (pool.py; bubblewrap as above, plus Linux rights to make nested namespaces; probed
-once by _pool, warned and skipped where it fails): warm workers, one per core (CORES), that fork every job
-into fresh PID, mount, IPC and cgroup namespaces of its own, with the same limits, cgroup and uid drop;
-every property above holds per job (see pool.py). run_many and concurrent run() calls share one queue, so
-all the programs of a training step keep every core busy.
-This file: the limits, the paths, and one driver for all of them (_supervise: the pipes, the _Watch, the
-kill). pool.py: where a job runs (the bubblewrap argv, the fallback, its cgroup) and the worker pool; it
-imports nothing from here.
-A program behaves as under plain `python -I -c` (same returncode and stdout; the PLAIN programs of
-test_sandbox.py check it on every path, whether the caller is root, SANDBOX_POOL is set, or Python lives
-under /tmp), except for the limits above and: everything it started is killed when its main process exits
-(what a child would print later is lost: intended, nothing a job starts outlives it; the fallback without a
-PID namespace or cgroup kills its process group only); its std streams are pipes; it runs in a fresh working
-directory with a stripped environment and no network, and as the path allows, in its own PID namespace (the
-pool: its pid is 1), without /sys, as another uid.
-Never enforced: syscall filtering (no seccomp); disk use in the fallback beyond 1 MiB per file.
-Cost: `python bench.py --sections sandbox` prints runs/s of the pool and of one namespace per run, as ratios
-to bare `python -I -c` subprocesses, and the CPU per job.
+Fallback (no usable bwrap; warned once): chrooted into a root of its own built as bubblewrap's in a fresh temp dir
+(under WORK_ROOT, removed afterwards): a 64 MiB tmpfs, the system and Python dirs bound read-only, /tmp its only
+writable place, in mount and network namespaces of its own (pool._hide_sys); then `unshare -p -f --kill-child
+--mount-proc` (its own PID namespace) where that works. As root it runs as an unprivileged uid where the
+interpreter is reachable by other uids in that root, else as uid 0; not root, as uid 0 of a user namespace of its
+own (the caller's uid outside). Either way no capability stays (setpriv), so it cannot chroot out, and the kernel
+lets no chrooted process make a user namespace to get one back. RLIMIT_NPROC never binds the host's uid 0: there
+a pids cgroup counts the program's processes instead (cgroup._counts_pids: v2's pids controller, or v1's pids
+hierarchy), and where neither exists nothing does. Not root where unprivileged user namespaces are off, nothing
+builds that root: `unshare -r -n -p -f --kill-child --mount-proc`, else `unshare -r -n`, else nothing, and the
+program sees the host's files and writes wherever its user can; check() stops a task there (one line naming the
+fix) unless ATGRPO_UNSAFE_SANDBOX=1.
+Default, the worker pool (pool.py; bubblewrap as above, plus Linux rights to make nested namespaces; probed once by
+_pool, warned and skipped where it fails): warm workers, one per core (CORES), that fork every job into fresh PID,
+mount, IPC and cgroup namespaces of its own, with the same limits, cgroup and uid drop; every property above holds
+per job (see pool.py). run_many and concurrent run() calls share one queue, so all the programs of a training step
+keep every core busy.
+This file: the limits, the paths, one driver for all of them (_supervise: the pipes, the _Watch, the kill).
+pool.py: where a job runs (the bubblewrap argv, the fallback, check()) and the worker pool; imports nothing here.
+A program behaves as under plain `python -I -c` (same returncode and stdout; the PLAIN programs of test_sandbox.py
+check it on every path, whether the caller is root, SANDBOX_POOL is set, or Python lives under /tmp), except for the
+limits above and: everything it started is killed when its main process exits (what a child would print later is
+lost: intended; a fallback without PID namespace or cgroup kills its group); its std streams are pipes; it runs in a
+fresh working directory with a stripped environment and no network, and as the path allows, in its own PID namespace
+(the pool: its pid is 1), without /sys, as another uid.
+Never enforced: syscall filtering (no seccomp); disk use beyond 1 MiB a file in a fallback without its own root.
+Cost: `python bench.py --sections sandbox`: runs/s of the pool and of one namespace per run, as ratios to bare
+`python -I -c` subprocesses, and the CPU per job.
 
     python -m pytest -q test_sandbox.py
 """
@@ -82,6 +83,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cgroup import _cgroup
+from pool import UNSAFE, check  # noqa: F401 (sandbox.check: this module's API; it lives beside the paths it asks)
 from pool import PATH, PYTHON_DIRS, ROOT, TMPFS_BYTES, Pool, _bwrap, _drop, _fallback, _hide_sys, _listdir
 
 MAX_OUTPUT = 1 << 16  # bytes kept of stderr, and of stdout unless run(out_bytes=) says otherwise
@@ -135,7 +137,7 @@ def _job_memory(mem_mb):
 def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
     """One namespace (or fallback process) per run: started, used once, torn down."""
     uid = (1 << 20) + secrets.randbelow(1 << 29)  # a uid per run: RLIMIT_NPROC counts per uid
-    box, work, cg, fds, drop = _bwrap() if bwrap else None, None, None, [], ""
+    box, work, cg, fds, drop, procs = _bwrap() if bwrap else None, None, None, [], "", nproc
     try:
         if box is not None:
             cmd, cwd, env, hide = [*box, "--", *_drop(uid)], "/", PATH, False
@@ -145,16 +147,18 @@ def _run_once(code, stdin, timeout, mem_mb, nproc, bwrap, out_bytes):
             cwd = work = tempfile.mkdtemp(prefix="sbx-", dir=WORK_ROOT)
             if drop == "uid":
                 os.chown(work, uid, uid)
-            cmd = [*pre, *(_drop(uid if drop == "uid" else None) if drop else [])]
+            cmd = [*pre, *(_drop(uid if drop == "uid" else None, root=True) if drop else [])]
             home = "/tmp" if hide else work  # hide: a root of its own is built in `work`, its /tmp writable (_hide_sys)
             env = {**PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
-            # as root with capabilities it could leave any cgroup. As uid 0 (drop "caps") RLIMIT_NPROC never
+            # as root with capabilities it could leave any cgroup. As root's uid 0 (drop "caps") RLIMIT_NPROC never
             # binds: the cgroup's pids limit counts the program's processes instead (nproc, as RLIMIT_NPROC
             # would, + the unshare that waits for it with -f)
             cg = _cgroup(nproc + ("-f" in pre) if drop == "caps" else None, _job_memory(mem_mb)) if drop else None
+            # not root, the unshare that waits for it is in its user namespace, and so in its RLIMIT_NPROC count
+            procs = nproc + (hide and not ROOT and "-f" in pre)
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = (_pipe(fds) for _ in range(3))
         p = subprocess.Popen([*cmd, sys.executable, "-I", "-c", code], cwd=cwd, env=env, stdin=in_r, stdout=out_w,
-                             stderr=err_w, preexec_fn=_limits(_backstop(timeout), mem_mb << 20, nproc, cg, hide,
+                             stderr=err_w, preexec_fn=_limits(_backstop(timeout), mem_mb << 20, procs, cg, hide,
                                                                work))
         _close(fds, in_r, out_w, err_w)
         try:

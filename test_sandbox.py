@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import cgroup
 import pool as sandbox_pool  # the worker pool, sandbox.run's default path
 import sandbox
 
@@ -304,9 +305,11 @@ def test_background_child_is_not_left_behind(bw):
 
 def skip_if_uncounted(bw):
     """RLIMIT_NPROC never binds uid 0: a job that runs as root (the fallback where the interpreter is not
-    reachable by other uids) has its processes counted only by a pids cgroup (sandbox_pool._counts_pids), as root
-    where one can be made."""
-    if run("import os; print(os.getuid())", bw).stdout.strip() == "0" and not sandbox_pool._counts_pids():
+    reachable by other uids, even in the job's own root) has its processes counted only by a pids cgroup
+    (sandbox_pool._counts_pids), as root where one can be made. (Not root, uid 0 is that of the job's own user
+    namespace: the caller's uid, which RLIMIT_NPROC binds.)"""
+    if sandbox_pool.ROOT and run("import os; print(os.getuid())", bw).stdout.strip() == "0" and \
+            not sandbox_pool._counts_pids():
         pytest.skip("sandbox runs as uid 0 here with no pids cgroup: nothing limits its process count")
 
 
@@ -392,7 +395,8 @@ def test_a_job_writes_at_most_its_tmpfs(bw):
     write gigabytes, until the trainer's checkpoint finds the disk full). As root it is a tmpfs now, in the job's
     own mount namespace."""
     if bw == "fallback" and not sandbox._fallback()[2]:
-        pytest.skip("the fallback has no mount namespace of its own here (not root): its writes reach the disk")
+        pytest.skip("the fallback has no root of its own here (not root, no user namespaces; sandbox.check "
+                    "stops a task): its writes reach the disk")
     code = ("import os\nn = 0\ntry:\n    for i in range(100):\n        with open(f'f{i}', 'wb') as f:\n"
             "            f.write(b'1' * (1 << 20))\n        n += 1\nexcept OSError as e:\n    print(e.errno)\nprint(n)")
     r = run(code, bw, timeout=10.0)
@@ -410,9 +414,11 @@ def test_huge_output_is_capped(bw):
 def test_cannot_touch_host_files(bw):
     """The host's files are neither readable nor writable: the repository (funcs.py makes every reference
     solution; data/ holds HumanEval's), the home directory (a hub cache's tests and answers). The fallback read
-    and wrote them all; as root it now runs in a root of its own, built as bubblewrap's."""
+    and wrote them all; it now runs in a root of its own, built as bubblewrap's (not root: in a user namespace;
+    as a user that is not root: test_a_user_without_bubblewrap_cannot_touch_host_files)."""
     if bw == "fallback" and not sandbox._fallback()[2]:
-        pytest.skip("the fallback has no mount namespace of its own here (not root): the host's files are visible")
+        pytest.skip("the fallback has no root of its own here (not root, no user namespaces; sandbox.check "
+                    "stops a task): the host's files are visible")
     name = f"sbx-escape-{uuid.uuid4().hex}"
     targets = [f"/tmp/{name}", os.path.join(HERE, name), os.path.join(os.path.expanduser("~"), name)]
     code = (f"import os\nprint(os.path.exists({os.path.join(HERE, 'sandbox.py')!r}))\n"
@@ -427,6 +433,184 @@ def test_cannot_touch_host_files(bw):
         for p in targets:
             if os.path.exists(p):
                 os.remove(p)
+
+
+# ---- the fallback as a user that is not root (a laptop without bubblewrap) ---------------------------------------
+
+USER_UID = (1 << 20) + 4242  # where the tests run as root, the user they become (no passwd entry needed)
+
+
+def user_tree():
+    """A user's files, as a researcher's laptop holds them: a home with a 0600 file and a hub cache of tests and
+    answers, and a checkout of this repository (sandbox.py, pool.py, cgroup.py) that the user can write. Owned by
+    USER_UID where the tests run as root. Returns (base dir, {name: path})."""
+    base = tempfile.mkdtemp(prefix="sbx-user-")
+    os.chmod(base, 0o755)
+    home, repo = os.path.join(base, "home"), os.path.join(base, "repo")
+    hub = os.path.join(home, ".cache", "huggingface", "hub", "datasets--tests")
+    os.makedirs(hub)
+    os.makedirs(repo)
+    for f in ("sandbox.py", "pool.py", "cgroup.py"):
+        shutil.copy(os.path.join(HERE, f), repo)
+    with open(os.path.join(hub, "answers.json"), "w") as f:
+        f.write('{"answer": 42}')
+    secret = os.path.join(home, "secret")
+    with open(secret, "w") as f:
+        f.write(f"hunter2-{uuid.uuid4().hex}")
+    os.chmod(secret, 0o600)
+    os.chmod(home, 0o700)
+    if sandbox_pool.ROOT:
+        for d, _, files in os.walk(base):
+            for p in [d, *(os.path.join(d, f) for f in files)]:
+                os.chown(p, USER_UID, USER_UID)
+    return base, {"home": home, "repo": repo, "hub": os.path.dirname(hub), "secret": secret,
+                  "target": os.path.join(repo, f"sbx-escape-{uuid.uuid4().hex}")}
+
+
+def as_user(base, paths, jobs):
+    """Run each (code, run() keywords) of `jobs` through the fallback (bwrap=False) of the repository copy in
+    `paths`, in a process of a user that is not root, with HOME its home: this process's user where the tests do
+    not run as root, else USER_UID (no capabilities, as a user's shell has none), on an interpreter that user can
+    run. Returns [[returncode, stdout, stderr]], the fallback it took (pool._fallback()) and what sandbox.check()
+    said without bubblewrap (its error, or None)."""
+    drop = (["setpriv", f"--reuid={USER_UID}", f"--regid={USER_UID}", "--clear-groups", "--"]
+            if sandbox_pool.ROOT else [])
+    # the same interpreter as ours, prefixes and all (Python 3.11+ starts from frozen modules where its user cannot
+    # reach its stdlib, then picks up another)
+    prefixes = lambda python, *pre: subprocess.run([*pre, python, "-I", "-c", "import sys; print(sys.prefix, "
+                                                   "sys.base_prefix)"], cwd=base, capture_output=True, text=True).stdout
+    python = next((p for p in (sys.executable, "/usr/bin/python3") if os.path.exists(p) and
+                   prefixes(p, *drop) == prefixes(p) != ""), None)
+    if python is None:
+        pytest.skip("no Python here that an unprivileged user can run")
+    driver = (f"import json, sys, warnings\nsys.path.insert(0, {paths['repo']!r})\nimport sandbox, pool\n"
+              f"warnings.simplefilter('ignore')\nrs = [sandbox.run(c, bwrap=False, **kw) for c, kw in {jobs!r}]\n"
+              f"pool._bwrap = lambda: None\ntry:\n    sandbox.check()\n    e = None\nexcept RuntimeError as x:\n"
+              f"    e = str(x)\nprint(json.dumps([[[r.returncode, r.stdout, r.stderr] for r in rs], pool._fallback(), "
+              f"e]))")
+    env = {**sandbox.PATH, "HOME": paths["home"], "LANG": "C.UTF-8"}
+    p = subprocess.run([*drop, python, "-I", "-c", driver], cwd=paths["repo"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+ATTACK = """import os
+for what, f in [("read", lambda: open({secret!r}).read()), ("write", lambda: open({target!r}, "w").write("x")),
+                ("list", lambda: os.listdir({hub!r})), ("home", lambda: os.listdir({home!r}))]:
+    try:
+        print(what, f())
+    except OSError as e:
+        print(what, type(e).__name__)"""
+
+
+def test_a_user_without_bubblewrap_cannot_touch_host_files():
+    """Not root, no bubblewrap (a researcher's laptop): the program read a 0600 file of its user's home, wrote into
+    the repository and listed the hub cache (every test and answer). It runs in a root of its own now, as on the
+    other paths: a user namespace with a mount namespace, the system and Python dirs read-only, /tmp its only
+    writable place."""
+    base, paths = user_tree()
+    try:
+        (r,), fallback, stop = as_user(base, paths, [(ATTACK.format(**paths), {})])
+        if stop is not None:  # no root of its own for a user here (no user namespaces): a task stops instead
+            assert "apt-get install bubblewrap" in stop and not fallback[2], stop
+            pytest.skip(f"no root of its own for a user here (sandbox.check: {stop})")
+        assert r[0] == 0, r
+        lines = r[1].splitlines()
+        assert [line.split()[0] for line in lines] == ["read", "write", "list", "home"], r
+        assert all(line.split()[1].endswith("Error") for line in lines), (r, fallback)  # each one failed
+        assert not os.path.exists(paths["target"]) and "hunter2" not in r[1] and "answers" not in r[1]
+    finally:
+        shutil.rmtree(base)
+
+
+ESCAPE = """import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+print("uid", os.getuid())
+print("caps", [c for c in range(64) if libc.prctl(23, c, 0, 0, 0) == 1])  # PR_CAPBSET_READ: its bounding set
+print("userns", libc.unshare(0x10000000), ctypes.get_errno())  # a user namespace of its own: every capability
+os.mkdir("x")
+try:  # the chroot escape: a root below its cwd, then up past the old one
+    os.chroot("x")
+    for _ in range(64):
+        os.chdir("..")
+    print("chroot", os.listdir("."))
+except OSError as e:
+    print("chroot", type(e).__name__)
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect(("1.1.1.1", 53))
+    print("net connected")
+except OSError as e:
+    print("net", type(e).__name__)
+n = 0
+for _ in range(100):
+    try:
+        if os.fork() == 0:
+            import time
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print("forks", n)"""
+
+
+def test_a_user_without_bubblewrap_keeps_no_way_out():
+    """That root of its own holds nothing to leave it with: no capability (bounding set empty: the chroot escape,
+    a mount, a nested user namespace all fail), no network, and its process count bounded (nproc: RLIMIT_NPROC
+    binds the user's uid)."""
+    base, paths = user_tree()
+    try:
+        (r,), fallback, stop = as_user(base, paths, [(ESCAPE, {"nproc": 20})])
+        if stop is not None:
+            pytest.skip(f"no root of its own for a user here (sandbox.check: {stop})")
+        out = dict(line.split(" ", 1) for line in r[1].splitlines())
+        assert out["caps"] == "[]" and out["userns"] == "-1 1" and out["chroot"] == "PermissionError", (r, fallback)
+        assert out["net"] != "connected" and 0 < int(out["forks"]) < 20, r
+    finally:
+        shutil.rmtree(base)
+
+
+def test_check_stops_a_task_where_nothing_isolates(monkeypatch):
+    """Where nothing keeps a program off the host's files (no usable bubblewrap; not root and no unprivileged user
+    namespaces), sandbox.check() stops a task before training with one line naming the fix: bubblewrap, or the
+    kernel setting that keeps user namespaces off; ATGRPO_UNSAFE_SANDBOX=1 runs anyway. Where bubblewrap or the
+    fallback's own root works it says nothing (a user without bubblewrap: test_a_user_without_bubblewrap_...)."""
+    monkeypatch.delenv(sandbox.UNSAFE, raising=False)
+    if BWRAP or sandbox._fallback()[2]:
+        sandbox.check()
+    monkeypatch.setattr(sandbox_pool, "_bwrap", lambda: None)  # check() lives in pool.py
+    monkeypatch.setattr(sandbox_pool, "_fallback", lambda: (["unshare", "-r", "-n"], "", False))  # a user's, no userns
+    off = {"/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1", "/proc/sys/user/max_user_namespaces": "9"}
+    monkeypatch.setattr(sandbox_pool, "_read", off.get)
+    with pytest.raises(RuntimeError) as e:
+        sandbox.check()
+    assert "\n" not in str(e.value) and "`apt-get install bubblewrap`" in str(e.value), e.value
+    assert "(`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`); ATGRPO_UNSAFE_SANDBOX=1" in str(e.value)
+    monkeypatch.setattr(sandbox_pool, "_read", lambda path: None)  # which setting: not found
+    with pytest.raises(RuntimeError, match="or allow unprivileged user namespaces; ATGRPO_UNSAFE_SANDBOX=1 runs"):
+        sandbox.check()
+    monkeypatch.setenv(sandbox.UNSAFE, "1")
+    sandbox.check()
+
+
+def test_the_root_fallback_without_a_pids_cgroup_bounds_its_processes(monkeypatch):
+    """RLIMIT_NPROC never binds uid 0, and the root fallback ran as uid 0 wherever the interpreter was not
+    reachable by other uids on the host (here: under /root), even though it runs in a root of its own where it is:
+    without a pids cgroup, 200 forks of a 20-process limit all succeeded. It runs as an unprivileged uid now."""
+    if sandbox_pool.ROOT and any(os.stat(d).st_mode & 0o005 != 0o005 for d in sandbox.PYTHON_DIRS):
+        pytest.skip("the Python dirs are closed to other uids: the root fallback runs as uid 0, which only a pids "
+                    "cgroup bounds")
+    orig = cgroup._counts
+    monkeypatch.setattr(cgroup, "_counts", lambda ctrl: "" if ctrl == "pids" else orig(ctrl))
+    marker = f"sbx-nproc-{uuid.uuid4().hex}"
+    code = (f"import os, time  # {marker}\nn = 0\nfor _ in range(200):\n    try:\n        if os.fork() == 0:\n"
+            f"            time.sleep(60)\n        n += 1\n    except OSError:\n        break\nprint(n)")
+    r = run(code, "fallback", nproc=20)
+    assert r.returncode == 0 and 0 < int(r.stdout) < 20, r
+    no_leftovers(marker, "fallback", set())
 
 
 def test_workdir_is_removed(bw):
@@ -450,8 +634,9 @@ def test_parent_environment_is_invisible(bw, monkeypatch):
 
 
 def test_no_network(bw):
-    if bw == "fallback" and "-n" not in sandbox._fallback()[0]:
-        pytest.skip("neither bwrap nor `unshare -n` works here: the fallback has network")
+    if bw == "fallback" and "-n" not in sandbox._fallback()[0] and not sandbox._fallback()[2]:
+        pytest.skip("neither bwrap, nor a root of its own (its network namespace), nor `unshare -n` works here: the "
+                    "fallback has network")
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
@@ -491,7 +676,7 @@ def test_run_many_in_order(bw):
 
 def test_missing_bwrap_falls_back_with_one_warning(monkeypatch):
     which = sandbox.shutil.which
-    monkeypatch.setattr(sandbox.shutil, "which", lambda n: None if n == "bwrap" else which(n))
+    monkeypatch.setattr(sandbox.shutil, "which", lambda n, **kw: None if n == "bwrap" else which(n, **kw))
     sandbox._bwrap.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match="bubblewrap") as rec:

@@ -561,3 +561,23 @@ def test_another_vllm_version_is_named_once_it_imports(version, warns, monkeypat
         assert rollout._import_vllm() is sys.modules["vllm"]
     assert len(said) == warns and all(f"vllm {version.split('+')[0]} is installed" in str(w.message) and
                                       f"vllm=={rollout.VLLM}" in str(w.message) for w in said), said
+
+
+def test_a_task_running_model_code_stops_where_nothing_isolates_it(monkeypatch, capsys):
+    """Where sandbox.check finds nothing that keeps model code off this machine's files, train.py and eval.py
+    stop before any work with its one line (exit 2), for a task that runs model code only; --plan runs nothing."""
+    import eval as ev
+    import sandbox
+    import train
+
+    def nothing():
+        raise RuntimeError("sandbox: nothing here keeps model-written code off this machine's files")
+    monkeypatch.setattr(sandbox, "check", nothing)
+    for main, argv in ((train.get_args, ["--task", "math", "--data", "arith", "--model", "tiny"]),
+                       (ev.main, ["--task", "code", "--data", "funcs", "--model", "tiny", "--n", "1"])):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and "nothing here keeps model-written code" in capsys.readouterr().err
+    direct = train.get_args(["--task", "plan_path", "--tool_mode", "direct", "--model", "tiny"])  # runs no code
+    assert direct.task == "plan_path"
+    assert train.get_args(["--task", "math", "--model", "Qwen/Qwen3-1.7B", "--plan"]).plan
