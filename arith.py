@@ -11,6 +11,11 @@ as well as its spelling (template, numbers): no held-out problem is ever a train
 order of its numbers and the names and items around them. Within val and test no value repeats either
 (index i is the i-th new one).
 
+`--data graded` (the real model's set, `--preset cpu-real-math`) adds three one-operation templates
+(ONE_OP: a sum, a difference, a product) before the five: graded difficulty, where a 135M model's
+programs are right often enough for GRPO to start (docs/measurements.md). Its problems have their own
+draws; a value is in the same split in both sets (the value key is shared).
+
     python -m pytest -q test_envs.py -k arith
 """
 import ast
@@ -35,10 +40,17 @@ TEMPLATES = [  # (text, the expression as a program writes it, ranges of a, b, c
      "{a} * {b} + {c} * {d}", ((11, 99), (11, 99), (2, 9), (11, 99))),
 ]
 
+ONE_OP = [  # graded's easy third: one operation, numbers a 135M model cannot add or multiply in its head
+    ("{n} has {a} {i} and buys {b} more. How many {i} does {n} have now?", "{a} + {b}", ((100, 999), (100, 999))),
+    ("{n} had {a} {i} and gave away {b} of them. How many {i} are left?", "{a} - {b}", ((500, 999), (100, 499))),
+    ("{n} buys {a} boxes of {b} {i}. How many {i} does {n} buy?", "{a} * {b}", ((11, 99), (11, 99))),
+]
+SETS = {"arith": TEMPLATES, "graded": ONE_OP + TEMPLATES}
 
-def expression(t, nums):
+
+def expression(t, nums, kind="arith"):
     """The template's expression with its numbers: what a right tool program prints."""
-    return TEMPLATES[t][1].format(**nums)
+    return SETS[kind][t][1].format(**nums)
 
 
 def value(expr):
@@ -47,16 +59,16 @@ def value(expr):
     return int(eval(expr, {"__builtins__": {}}))  # noqa: S307 (trusted text)
 
 
-def answer(t, nums):
-    return value(expression(t, nums))
+def answer(t, nums, kind="arith"):
+    return value(expression(t, nums, kind))
 
 
 @lru_cache(maxsize=None)
-def _tree(t):
-    return ast.parse(TEMPLATES[t][1].replace("{", "").replace("}", ""), mode="eval").body
+def _tree(expr):
+    return ast.parse(expr.replace("{", "").replace("}", ""), mode="eval").body
 
 
-def canonical(t, nums):
+def canonical(t, nums, kind="arith"):
     """The value form of a problem: its expression as nested sums of signed terms and products of
     factors, operands of + and * flattened and sorted. Two problems with one value form are one problem
     to whoever writes the program (the order of factors or terms, the template's words aside)."""
@@ -77,46 +89,47 @@ def canonical(t, nums):
             return terms(node.left, sign) + terms(node.right, -sign if isinstance(node.op, ast.Sub) else sign)
         return [(sign, form(node))]
 
-    return form(_tree(t))
+    return form(_tree(SETS[kind][t][1]))
 
 
 HELD_OUT = 100_000  # val and test indices below this are distinct by value (index i: the i-th new value)
-_held_out = {}  # split -> ([draw of index 0, 1, ...], {their canonical forms})
+_held_out = {}  # (kind, split) -> ([draw of index 0, 1, ...], {their canonical forms})
 _lock = threading.Lock()  # envs may be made from several threads
 
 
-def draw(split, index):
-    """(template index, numbers {a, b, c[, d]}, name, item) of instance `index` of `split`."""
+def draw(split, index, kind="arith"):
+    """(template index, numbers {a, b, c[, d]}, name, item) of instance `index` of `split` of set `kind`."""
     if split not in SPLIT_SEED:
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLIT_SEED)}")
     limit = MAX_INDEX if split == "train" else HELD_OUT
     if not 0 <= index < limit:
         raise ValueError(f"index {index} out of range [0, {limit:_}) for {split}")
     if split == "train":  # training may meet a value twice; held-out sets may not, so they are made in order
-        return _draw(split, index, ())
+        return _draw(split, index, (), kind)
     with _lock:
-        made, seen = _held_out.setdefault(split, ([], set()))
+        made, seen = _held_out.setdefault((kind, split), ([], set()))
         while len(made) <= index:
-            t, nums, name, item = _draw(split, len(made), seen)
-            seen.add(canonical(t, nums))
+            t, nums, name, item = _draw(split, len(made), seen, kind)
+            seen.add(canonical(t, nums, kind))
             made.append((t, dict(nums), name, item))
         t, nums, name, item = made[index]
     return t, dict(nums), name, item
 
 
-def _draw(split, index, taken):
-    rng = random.Random(f"arith/{SPLIT_SEED[split] + index}")
+def _draw(split, index, taken, kind="arith"):
+    rng = random.Random(f"{kind}/{SPLIT_SEED[split] + index}")
+    templates = SETS[kind]
     while True:  # redraw until value and spelling belong to this split (1 draw in ~1.6 for train, ~100 held out)
-        t = rng.randrange(len(TEMPLATES))
-        nums = {k: rng.randint(lo, hi) for k, (lo, hi) in zip("abcd", TEMPLATES[t][2])}
-        if split_of(("arith", t, tuple(nums.values()))) == split:
-            v = canonical(t, nums)
+        t = rng.randrange(len(templates))
+        nums = {k: rng.randint(lo, hi) for k, (lo, hi) in zip("abcd", templates[t][2])}
+        if split_of((kind, t, tuple(nums.values()))) == split:
+            v = canonical(t, nums, kind)
             if split_of(("arith", v)) == split and v not in taken:
                 return t, nums, rng.choice(NAMES), rng.choice(ITEMS)
 
 
-def problem(split, index):
+def problem(split, index, kind="arith"):
     """{"problem", "answer", "template", "numbers"}: the math task's record, plus what made it."""
-    t, nums, name, item = draw(split, index)
-    return {"problem": TEMPLATES[t][0].format(n=name, i=item, **nums), "answer": str(answer(t, nums)),
+    t, nums, name, item = draw(split, index, kind)
+    return {"problem": SETS[kind][t][0].format(n=name, i=item, **nums), "answer": str(answer(t, nums, kind)),
             "template": t, "numbers": nums}

@@ -7,6 +7,7 @@ several seeds, with every claim of the paper as a paired difference, its 95% int
     python table.py --preset cpu-demo-math3 --rows per-role,mas3,mas3-shared   # two agents vs three (a checker)
     python table.py --steps 20 --eval_n 50 --seeds 1 --out_dir runs/table-quick  # a quick look: no verdicts
     python table.py --preset cpu-real        # the real model (SmolLM2-135M, funcs): ~2.5 h a seed alone
+    python table.py --preset cpu-real-math   # the real model on math (tool agent + reasoner): ~2 h a seed alone
     python -m pytest -q test_table.py test_stats.py
 
 Rows (--rows KEY,KEY; the paper's five, then two ablations), all from the same warm-started tiny model,
@@ -33,6 +34,8 @@ The controls (issue 34; run only when named in --rows), each one flag away from 
                        only: with one turn it trains exactly as per-role)
     tool-only          per-role, only the tool agent trains (--train_roles tool)
     decider-only       per-role, only the deciding agent trains (--train_roles planner / reasoner)
+    tool-alone         math: one agent with the tool (--workflow tool: its program's printed line is the
+                       answer), GRPO at the MAS rows' samples per step (--K 16): does the reasoner earn its samples?
 with their claims (CONTROL_CLAIMS), each against per-role. Every trained row also states what it generated
 per step (samples and response tokens, the mean over its steps in metrics.jsonl) and, per policy, the
 median and the largest of its per-step gradient norms (grad_norm/<policy>, before clipping; mean over
@@ -68,6 +71,11 @@ templates never trained on) also gets its own rows, claims and verdicts, and a l
 role did (the code task's notes: the coder's first program passes, the tester's test is right, and catches
 the coder's wrong program). The demos' step budget (60) is what fits the 30-minute bar for one seed: the
 parallel-sampling ablation costs ~2.5x a tree row per step (its episodes do not share prompts, so its update sees ~4x the tokens).
+--preset cpu-real-math (issue 46) is the same real model on math (tool agent + reasoner, --data graded: graded
+arith and the GSM-style lines, reported apart), with the rows single, single+grpo (the reasoner alone at the
+MAS's K 8), equal-budget (K 16), tool-alone, mas, shared, per-role and swapped; the role table holds math's
+notes (the tool's program printed / printed the answer; the reasoner boxed, kept a right tool output,
+overrode a wrong one).
 """
 import argparse
 import hashlib
@@ -87,11 +95,14 @@ from common import PRESETS, Parser, die, latest_checkpoint, make_env, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = {"cpu-demo": "runs/table", "cpu-demo-math": "runs/table-math", "cpu-demo-math3": "runs/table-math3",
-       "cpu-real": "runs/table-real"}  # presets
+       "cpu-real": "runs/table-real", "cpu-real-math": "runs/table-real-math"}  # presets
 # the real model's table (issue 38): its preset's own budget and test split, the single agent at equal samples
 # per step (K 16: 8 problems x 16 one-turn programs = 8 x 4 x 2 turns x 2 roles), checkpoints often enough
 # that a 40-minute training cut short loses little
-REAL = {"rows": "single,equal-budget,mas,shared,per-role,swapped", "save_every": 8}
+# (the math one, issue 46: the paper's single agent + GRPO at the MAS's K too, and one agent with the tool)
+REAL = {"rows": {"cpu-real": "single,equal-budget,mas,shared,per-role,swapped",
+                 "cpu-real-math": "single,single+grpo,equal-budget,tool-alone,mas,shared,per-role,swapped"},
+        "save_every": 8}
 # (key, row, training flags; or None: untrained; or the key of the trained row whose models are swapped, eval flags)
 ROWS = [
     ("single", "single agent", None, ["--workflow", "single"]),
@@ -117,6 +128,10 @@ CONTROLS = [
     ("agent-norm", "control: agent-wise normalisation (per-role)", ["--policies", "per-role", "--adv_norm", "agent"], []),
     ("tool-only", "control: train the tool agent only", ["--policies", "per-role", "--train_roles", "{first}"], []),
     ("decider-only", "control: train the deciding agent only", ["--policies", "per-role", "--train_roles", "{second}"], []),
+    # math: one agent with the tool (its program's printed line is the answer), GRPO at equal samples per step:
+    # does the second agent (the reasoner) earn its samples?
+    ("tool-alone", "one agent with the tool + GRPO, equal samples",
+     ["--workflow", "tool", "--policies", "shared", "--sampling", "parallel", "--K", "16"], ["--workflow", "tool"]),
 ]
 # three agents (math's mas3: tool, checker, reasoner), from a warm-up that has checker transcripts too
 THREE = [
@@ -134,6 +149,8 @@ NOT_FOR = {
                           "--preset cpu-demo-math3")]},
     ("cpu-demo-math", "multi-turn-single"): "math's single workflow ends at the reasoner's first answer, whatever --max_turns",
     ("cpu-real", "multi-turn-single"): "code's single workflow ends at the coder's first program, whatever --max_turns",
+    ("cpu-real-math", "multi-turn-single"): "math's single workflow ends at the reasoner's first answer, whatever --max_turns",
+    **{(p, "tool-alone"): f"{t} has no tool workflow (math only)" for p, t in (("cpu-demo", "plan_path"), ("cpu-real", "code"))},
     ("cpu-demo-math", "agent-norm"): "one turn: AT-GRPO's (problem, turn, role) groups already hold one agent's responses "
                                      "each, so agent-wise normalisation trains exactly as per-role",
 }
@@ -157,6 +174,8 @@ CONTROL_CLAIMS = [
     ("agent-wise vs group normalisation (per-role)", "agent-norm", "per-role"),
     ("train both agents vs the tool agent only", "per-role", "tool-only"),
     ("train both agents vs the deciding agent only", "per-role", "decider-only"),
+    ("per-role vs one agent with the tool at equal samples per step", "per-role", "tool-alone"),
+    ("shared vs one agent with the tool at equal samples per step", "shared", "tool-alone"),
 ]
 
 THREE_CLAIMS = [
@@ -481,7 +500,7 @@ def main(argv=None):
     a.eval_n = a.eval_n if a.eval_n is not None else PRESETS[a.preset]["eval_n"] if real else 200
     if a.steps <= 0 or a.eval_n <= 0 or a.seeds <= 0:
         die("--steps, --eval_n and --seeds must be positive")
-    a.rows = a.rows or (REAL["rows"] if real else ",".join(PAPER))
+    a.rows = a.rows or (REAL["rows"][a.preset] if real else ",".join(PAPER))
     if unknown := [k for k in a.rows.split(",") if k not in NAME]:
         die(f"--rows: unknown row {', '.join(unknown)}; the rows are {', '.join(NAME)}")
     if cannot := [f"{k} ({NOT_FOR[a.preset, k]})" for k in a.rows.split(",") if (a.preset, k) in NOT_FOR]:

