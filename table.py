@@ -36,6 +36,9 @@ The controls (issue 34; run only when named in --rows), each one flag away from 
     decider-only       per-role, only the deciding agent trains (--train_roles planner / reasoner)
     tool-alone         math: one agent with the tool (--workflow tool: its program's printed line is the
                        answer), GRPO at the MAS rows' samples per step (--K 16): does the reasoner earn its samples?
+    single-k8          code (cpu-real): single agent + GRPO at K 8, the MAS coder's own samples per step
+    shared-disc, per-role-disc   code: the MAS rows with --tester_reward discriminate (a test paid by the wrong
+                       programs it catches)
 with their claims (CONTROL_CLAIMS), each against per-role. Every trained row also states what it generated
 per step (samples and response tokens, the mean over its steps in metrics.jsonl) and, per policy, the
 median and the largest of its per-step gradient norms (grad_norm/<policy>, before clipping; mean over
@@ -65,8 +68,9 @@ kept aside as .stale-TIME). A piece that fails stops its seed, not the table: th
 table exits 1 naming the failed seeds, and the same command resumes them (a training from its last
 checkpoint); intervals are never printed with a seed missing.
 --preset cpu-real (issue 38) runs its own preset's budget (24 steps, the 155 test problems) from the real
-model, with the rows single, equal-budget (the coder alone, as many samples per step), mas, shared, per-role
-and swapped; each benchmark of the split (funcs-seen: new constants of trained templates, funcs-unseen:
+model, with the rows single, single+grpo (the coder alone at the preset's K 4, the paper's row), single-k8 (at
+the MAS coder's samples), equal-budget (the coder alone, as many samples per step), mas, shared, per-role, swapped,
+and the MAS rows with the discriminating tester (issue 47: shared-disc, per-role-disc); each benchmark of the split (funcs-seen: new constants of trained templates, funcs-unseen:
 templates never trained on) also gets its own rows, claims and verdicts, and a last table says what each
 role did (the code task's notes: the coder's first program passes, the tester's test is right, and catches
 the coder's wrong program). The demos' step budget (60) is what fits the 30-minute bar for one seed: the
@@ -100,7 +104,9 @@ OUT = {"cpu-demo": "runs/table", "cpu-demo-math": "runs/table-math", "cpu-demo-m
 # per step (K 16: 8 problems x 16 one-turn programs = 8 x 4 x 2 turns x 2 roles), checkpoints often enough
 # that a 40-minute training cut short loses little
 # (the math one, issue 46: the paper's single agent + GRPO at the MAS's K too, and one agent with the tool)
-REAL = {"rows": {"cpu-real": "single,equal-budget,mas,shared,per-role,swapped",
+# (the code one, issue 47: the paper's single + GRPO at K 4 and at the MAS coder's K 8, the discriminating tester)
+REAL = {"rows": {"cpu-real": "single,single+grpo,single-k8,equal-budget,mas,shared,per-role,swapped,shared-disc,"
+                             "per-role-disc",
                  "cpu-real-math": "single,single+grpo,equal-budget,tool-alone,mas,shared,per-role,swapped"},
         "save_every": 8}
 # (key, row, training flags; or None: untrained; or the key of the trained row whose models are swapped, eval flags)
@@ -132,6 +138,14 @@ CONTROLS = [
     # does the second agent (the reasoner) earn its samples?
     ("tool-alone", "one agent with the tool + GRPO, equal samples",
      ["--workflow", "tool", "--policies", "shared", "--sampling", "parallel", "--K", "16"], ["--workflow", "tool"]),
+    # code: the single agent at the MAS coder's own samples (cpu-real: 8 problems x 4 x 2 turns = 8 x 8), which
+    # splits "more samples" from "fewer zero-advantage groups"; and the MAS with a tester paid by what it catches
+    ("single-k8", "single agent + GRPO, the MAS coder's samples (K 8)",
+     ["--workflow", "single", "--policies", "shared", "--sampling", "parallel", "--K", "8"], ["--workflow", "single"]),
+    ("shared-disc", "MAS + AT-GRPO shared, discriminating tester", ["--policies", "shared", "--tester_reward",
+                                                                   "discriminate"], []),
+    ("per-role-disc", "MAS + AT-GRPO per-role, discriminating tester", ["--policies", "per-role", "--tester_reward",
+                                                                       "discriminate"], []),
 ]
 # three agents (math's mas3: tool, checker, reasoner), from a warm-up that has checker transcripts too
 THREE = [
@@ -151,6 +165,10 @@ NOT_FOR = {
     ("cpu-real", "multi-turn-single"): "code's single workflow ends at the coder's first program, whatever --max_turns",
     ("cpu-real-math", "multi-turn-single"): "math's single workflow ends at the reasoner's first answer, whatever --max_turns",
     **{(p, "tool-alone"): f"{t} has no tool workflow (math only)" for p, t in (("cpu-demo", "plan_path"), ("cpu-real", "code"))},
+    **{(p, k): "only the code task has a tester" for p in ("cpu-demo", "cpu-demo-math", "cpu-demo-math3", "cpu-real-math")
+       for k in ("shared-disc", "per-role-disc")},
+    **{(p, "single-k8"): "its K is 8 already: it trains exactly as single+grpo" for p in
+       ("cpu-demo", "cpu-demo-math", "cpu-demo-math3", "cpu-real-math")},
     ("cpu-demo-math", "agent-norm"): "one turn: AT-GRPO's (problem, turn, role) groups already hold one agent's responses "
                                      "each, so agent-wise normalisation trains exactly as per-role",
 }
@@ -176,6 +194,13 @@ CONTROL_CLAIMS = [
     ("train both agents vs the deciding agent only", "per-role", "decider-only"),
     ("per-role vs one agent with the tool at equal samples per step", "per-role", "tool-alone"),
     ("shared vs one agent with the tool at equal samples per step", "shared", "tool-alone"),
+    ("per-role vs single agent + GRPO at the MAS coder's samples (K 8)", "per-role", "single-k8"),
+    ("shared vs single agent + GRPO at the MAS coder's samples (K 8)", "shared", "single-k8"),
+    ("discriminating vs today's tester reward (per-role)", "per-role-disc", "per-role"),
+    ("discriminating vs today's tester reward (shared)", "shared-disc", "shared"),
+    *[(f"{m}, discriminating tester vs {name}", f"{k}-disc", single) for k, m in (("per-role", "per-role"), ("shared", "shared"))
+      for single, name in (("single+grpo", "single agent + GRPO"), ("single-k8", "single agent + GRPO (K 8)"),
+                           ("equal-budget", "single agent + GRPO at equal samples per step"))],
 ]
 
 THREE_CLAIMS = [

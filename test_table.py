@@ -389,7 +389,7 @@ def test_real_tables_rows_samples_per_step(preset):
     """The real model's tables: each trained row's samples per step when no episode ends early, counted by
     playing an episode of wrong answers (a single workflow ends after its one call whatever --max_turns: cpu-real's
     single coder makes 8 x 16 x 1, not x 2 turns): the equal-samples rows (the reasoner or the coder alone,
-    and math's one agent with the tool) make as many as the MAS rows, the paper's single + GRPO half."""
+    and math's one agent with the tool) make as many as the MAS rows, the paper's single + GRPO fewer."""
     import train
     from common import make_env
     flags = {k: t for k, _, t, _ in table.ALL_ROWS}
@@ -407,6 +407,9 @@ def test_real_tables_rows_samples_per_step(preset):
     assert most("per-role") == most("shared") == 128 and most("equal-budget") == 128
     if "tool-alone" in keys:
         assert most("tool-alone") == 128 and most("single+grpo") == 64
+    else:  # code: the paper's single + GRPO at K 4, the MAS coder's own samples at K 8, the discriminating MAS rows
+        assert most("single+grpo") == 32 and most("single-k8") == 64 == most("per-role") // 2
+        assert most("per-role-disc") == most("shared-disc") == 128
 
 
 def test_a_control_a_preset_cannot_run_is_refused_in_one_line(capsys):
@@ -509,7 +512,8 @@ def test_real_model_table_rows_benchmarks_and_notes(tmp_path, monkeypatch, capsy
     ev = importlib.import_module("eval")
     calls, built = [], []
     monkeypatch.setattr(table, "ROWS", table.ALL_ROWS)  # fake_pieces names a run's row from table.ROWS
-    monkeypatch.setitem(SOLVED, "equal-budget", 3)
+    for k, n in (("equal-budget", 3), ("single-k8", 5), ("shared-disc", 7), ("per-role-disc", 9)):
+        monkeypatch.setitem(SOLVED, k, n)
     monkeypatch.setattr(table.smol, "ensure", lambda out, log=print: built.append(out))
     fake_pieces(monkeypatch, calls)
     fake = ev.run_eval
@@ -525,12 +529,15 @@ def test_real_model_table_rows_benchmarks_and_notes(tmp_path, monkeypatch, capsy
     assert built and built[0].endswith(table.smol.DIR)
     assert res["steps"] == 24 and res["eval_n"] == 155
     trains = [c for c in calls if "train.py" in c]
-    assert len(trains) == 3 * 3  # equal-budget, shared, per-role; the swapped row reuses per-role's models
+    assert len(trains) == 3 * 7  # three single + GRPO rows, shared, per-role and the two discriminating ones; swapped
+    # reuses per-role's models
+    assert sum("discriminate" in c for c in trains) == 3 * 2
     assert all(c[c.index("--model") + 1] == "smollm2" and c[c.index("--save_every") + 1] == "8" for c in trains)
     evals = [c for c in calls if "eval.py" in c]
     assert {c[c.index("--model") + 1] for c in evals if "/ckpt-" not in c[c.index("--model") + 1]} == {table.smol.DIR}
     rows = {r["key"]: r for r in res["rows"]}
-    assert list(rows) == ["single", "mas", "shared", "per-role", "swapped", "equal-budget"]  # no floor row
+    assert list(rows) == ["single", "single+grpo", "mas", "shared", "per-role", "swapped", "equal-budget", "single-k8",
+                          "shared-disc", "per-role-disc"]  # no floor row
     seen_n = sum(not unseen(i) for i in range(155))
     for b, n in (("funcs-seen", seen_n), ("funcs-unseen", 155 - seen_n)):
         part = res["by_benchmark"][b]
@@ -543,6 +550,7 @@ def test_real_model_table_rows_benchmarks_and_notes(tmp_path, monkeypatch, capsy
             assert brows[k]["success"] == pytest.approx(sum(solved) / 3), (b, k)
         claims = {(c["a"], c["b"]): c for c in part["claims"]}
         assert ("per-role", "equal-budget") in claims and ("shared", "equal-budget") in claims
+        assert {("per-role-disc", "per-role"), ("per-role-disc", "single-k8"), ("shared-disc", "single+grpo")} <= set(claims)
         assert all(c["verdict"] is not None for c in claims.values())
         d = claims[("per-role", "shared")]["diff"]
         assert d == pytest.approx(brows["per-role"]["success"] - brows["shared"]["success"])
