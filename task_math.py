@@ -21,7 +21,8 @@ GRADED_HELD_OUT = 100  # --data graded: the arith benchmark's problems in val an
 # --shots 1: the worked example, a problem of none of arith's templates, and each role's reply to it
 EXAMPLE = "A farm has 12 cows. Each cow gives 9 liters of milk a day, and the farm sells 30 liters a day. " \
           "How many liters are left each day?"
-EXAMPLE_REPLY = {"tool": "```python\nprint(12 * 9 - 30)\n```",
+EXAMPLE_PROGRAM, EXAMPLE_ANSWER = "print(12 * 9 - 30)", "78"
+EXAMPLE_REPLY = {"tool": f"```python\n{EXAMPLE_PROGRAM}\n```",
                  "reasoner": "12 * 9 = 108, 108 - 30 = 78. The answer is \\boxed{78}.",
                  "with_tool": "The tool printed 78, and 12 * 9 - 30 = 78. The answer is \\boxed{78}.",
                  "checker": "The program computes 12 * 9 - 30 = 78, the liters left. ok"}
@@ -100,28 +101,30 @@ class Math(Task):
             ask = "Check the tool's program and what it printed. Reply ok if it answers the problem, else object."
         else:
             ask = "Solve the problem. Put the final answer in \\boxed{}."
-        text = f"Math, turn {self.turn + 1}/{self.max_turns}. {ask}\nProblem: {self.problem}\n"
-        checker = "checker" in self.roles
-        for t, (ta, ra, v) in enumerate(self.history, 1):
-            said = f"checker said {v or '(nothing)'}; " if checker else ""
-            text += f"Turn {t}: tool printed {ta or '(nothing)'}; {said}reasoner answered {ra or '(nothing)'}\n"
-        if role == "checker":
-            text += f"Tool program:\n```python\n{self.tool_program or ''}\n```\n"
-        if role != "tool" and "tool" in self.roles:
-            text += f"Tool program printed: {self.tool_answer or '(nothing)'}\n"
-        if role == "reasoner" and checker:
-            text += f"Checker said: {self.checked or '(nothing)'}\n"
+        text = self._text(role, ask, self.turn + 1, self.problem, self.history, self.tool_program, self.tool_answer,
+                          self.checked)
         if not shots:
             return [{"role": "user", "content": text}]
         # the same prompt about the example problem (as turn 1, nothing before it), and its reply, first
-        tail = ""
-        if role == "checker":
-            tail = "Tool program:\n```python\nprint(12 * 9 - 30)\n```\n"
-        if role != "tool" and "tool" in self.roles:
-            tail += "Tool program printed: 78\n" + ("Checker said: ok\n" if role == "reasoner" and checker else "")
+        example = self._text(role, ask, 1, EXAMPLE, [], EXAMPLE_PROGRAM, EXAMPLE_ANSWER, "ok")
         reply = EXAMPLE_REPLY["with_tool" if role == "reasoner" and "tool" in self.roles else role]
-        return [{"role": "user", "content": f"Math, turn 1/{self.max_turns}. {ask}\nProblem: {EXAMPLE}\n{tail}"},
-                {"role": "assistant", "content": reply}, {"role": "user", "content": text}]
+        return [{"role": "user", "content": example}, {"role": "assistant", "content": reply},
+                {"role": "user", "content": text}]
+
+    def _text(self, role, ask, turn, problem, history, program, printed, checked):
+        """One prompt's text: the ask, the problem, the finished turns, and what this turn's earlier roles did."""
+        text = f"Math, turn {turn}/{self.max_turns}. {ask}\nProblem: {problem}\n"
+        checker = "checker" in self.roles
+        for t, (ta, ra, v) in enumerate(history, 1):
+            said = f"checker said {v or '(nothing)'}; " if checker else ""
+            text += f"Turn {t}: tool printed {ta or '(nothing)'}; {said}reasoner answered {ra or '(nothing)'}\n"
+        if role == "checker":
+            text += f"Tool program:\n```python\n{program or ''}\n```\n"
+        if role != "tool" and "tool" in self.roles:
+            text += f"Tool program printed: {printed or '(nothing)'}\n"
+        if role == "reasoner" and checker:
+            text += f"Checker said: {checked or '(nothing)'}\n"
+        return text
 
     def run_tool(self, text):
         lines = [ln.strip() for ln in (run_program(text) or "").splitlines() if ln.strip()]
