@@ -465,6 +465,11 @@ def _short(s, n=60):
     return s if len(s) <= n else s[:n - 4] + "...'"
 
 
+def _ends(s, n):
+    """s in at most n characters, its head and its end (a test's expected value is at its end)."""
+    return s if len(s) <= n else s[:n // 2 - 2] + " ... " + s[-(n - n // 2 - 3):]
+
+
 def _same_output(got, expected):
     a, b = got.split(), expected.split()
     if len(a) != len(b):
@@ -533,7 +538,7 @@ def run_tests(program, problem, tests=None, timeout=5.0, first_failure=False):
         else:  # only the judge's last line, with this run's nonce, is a verdict
             last = (r.stdout.splitlines() or [""])[-1]
             ok = not r.timed_out and r.returncode == 0 and last == f"{nonce} PASS"
-            what = f"{_short(t, 100)[1:-1]} -> "
+            what = f"{_ends(repr(str(t))[1:-1], 100)} -> "  # one line, as before
             why = (_short(last[len(nonce) + 6:], 150)[1:-1] if last.startswith(f"{nonce} FAIL ") else
                    f"no verdict (exit status {r.returncode}: {_short(_last_line(r.stderr), 80)[1:-1]})")
         return ok, (what + (f"timed out ({timeout:g} s of CPU, or stalled)" if r.timed_out else why))[:200]

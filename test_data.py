@@ -674,6 +674,16 @@ def test_function_judge_keeps_values_exceptions_and_messages():
     assert died.passed == 0 and "exited during the test" in died.failures[0]
 
 
+def test_a_long_function_tests_failure_keeps_its_expected_value():
+    """The coder's next turn sees each mismatch: a test longer than the shown width keeps its head and its
+    end (the expected value), not its first 100 characters."""
+    p = {"kind": "function", "entry_point": "f", "tests": [f"assert f({list(range(40))}) == 'EXPECTED-END'"]}
+    r = data.run_tests("def f(xs):\n    return 'mine'\n", p)
+    assert r.passed == 0 and len(r.failures[0]) <= 200, r
+    assert r.failures[0].startswith("assert f([0, 1, 2") and "== 'EXPECTED-END' -> " in r.failures[0], r
+    assert "got: 'mine'" in r.failures[0], r
+
+
 def test_stdin_program_cannot_find_the_expected_output_or_exit_early():
     """stdin kind: the expected output stays in this process; the program gets the input only."""
     p = {"kind": "stdin", "tests": [{"input": "hi\n", "output": "SECRET-27182818\n"}]}
