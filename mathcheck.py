@@ -84,9 +84,11 @@ def _clean(s):
 def _segment(s):
     """`|AB| = 5` and `\\overline{AB} = 5` are `AB = 5`: bars or a bar over 2-4 capitals, as a name, spell
     the length of segment (or polygon) AB, which the bare letters name too; an equation against an equation
-    keeps its names, so one spelling must not be another name. Not one letter: |x| = 5 is x = 5 or -5."""
-    return re.sub(rf"^\s*(?:\|\s*([A-Z]{{2,4}})\s*\||\\overline\{{\s*([A-Z]{{2,4}})\s*\}})(?=\s*{EQ})",
-                  lambda m: m.group(1) or m.group(2), s)
+    keeps its names, so one spelling must not be another name. Not one letter: |x| = 5 is x = 5 or -5.
+    The name may stand on either side: `5 = |AB|` is `5 = AB`."""
+    seg = r"(?:\|\s*([A-Z]{2,4})\s*\||\\overline\{\s*([A-Z]{2,4})\s*\})"
+    s = re.sub(rf"^\s*{seg}(?=\s*{EQ})", lambda m: m.group(1) or m.group(2), s)
+    return re.sub(rf"({EQ}\s*){seg}\s*$", lambda m: m.group(1) + (m.group(2) or m.group(3)), s)
 
 
 def _thousands(s):

@@ -290,13 +290,14 @@ def test_a_degenerate_answer_is_judged_in_linear_time():
 # spellings. Checked both ways round.
 SAME_NAME = [("|AB| = 5", "AB = 5"), ("|AB|=5", "AB=5"), ("| AB | = 5", "AB = 5"), (r"\overline{AB} = 5", "AB = 5"),
              (r"\overline{AB} = 5", "|AB| = 5"), ("|AB| = 5", r"AB = \frac{10}{2}"), ("|ABCD| = 20", "ABCD = 20"),
-             ("|AB| = 5, |CD| = 6", "AB = 5, CD = 6"), ("|AB| = 5", "5")]  # (the last: as before, the name dropped)
+             ("|AB| = 5, |CD| = 6", "AB = 5, CD = 6"), ("|AB| = 5", "5"),  # (the last: as before, the name dropped)
+             ("5 = |AB|", "AB = 5"), (r"5 = \overline{AB}", "AB = 5"), ("5 = |AB|", "|AB| = 5")]  # the name on the right
 # ... while another value, or another name, stays wrong (each as before): |x| = 5 is x = 5 or -5, and |A| may
 # be a set's size, so bars around one letter are not a length
 OTHER_NAME = [("|AB| = 6", "AB = 5"), ("|AB| = 5", "AB = 6"), (r"\overline{AB} = 6", "|AB| = 5"), ("|AB| = 5", "CD = 5"),
               ("|AB| = 5", "|CD| = 5"), (r"\overline{AB} = 5", "CD = 5"), ("AB = 5", "CD = 5"), ("|AB| = 5", "x = 5"),
               ("|x| = 5", "x = 5"), ("|A| = 5", "A = 5"), ("|AB| = 5, |CD| = 6", "AB = 5, CD = 7"),
-              ("|AB| = 5 = 6", "AB = 6")]
+              ("|AB| = 5 = 6", "AB = 6"), ("5 = |AB|", "AB = 6"), ("5 = |AB|", "CD = 5"), ("5 = |x|", "x = 5")]
 
 
 @pytest.mark.parametrize("pred, gold", SAME_NAME)
