@@ -365,4 +365,13 @@ if [ "$RAN" = 0 ] && [ "$(echo ${STEPS:-})" != none ]; then
     echo "gpu_check: FAILED: 0 steps ran: STEPS='${STEPS:-}' selects none here (device $DEVICE, engine $ENGINE, MODEL '${MODEL:-}')"
     exit 1
 fi
+# some named steps ran, others do not run here (STEPS="smol engine" on the HF engine): not "all 1 steps ok"
+MISSED=""
+for w in ${STEPS:-}; do
+    [ "$w" = none ] || cut -f1 "$OUT/steps.tsv" | grep -qE "^$w(-|\$)" || MISSED="$MISSED $w"
+done
+if [ -n "$MISSED" ]; then
+    echo "gpu_check: FAILED: $RAN step(s) ok, but STEPS named steps that do not run here:$MISSED (device $DEVICE, engine $ENGINE, MODEL '${MODEL:-}')"
+    exit 1
+fi
 log "all $RAN steps ok (engine ${ENGINE_WHY%%,*}); logs and metrics in $OUT"

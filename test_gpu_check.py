@@ -4,10 +4,11 @@ one-line error (nvidia-smi faked on PATH); an installed vllm that does not impor
 1, the HF engine only when asked or when vllm is absent (a fake broken vllm package, or vllm hidden, on
 PYTHONPATH); its steps cover every task and fit the 10-minute budget by their own expected times; a failed or
 timed-out step is one line and the others still run; each step's row says its engine and vLLM model runner;
-the report (its python, on fake outputs) is one screen; STEPS that runs no step (a typo, blanks, or only steps
+the report (its python, on fake outputs) is one screen; STEPS that runs no step, or not every named one (a typo, blanks, or steps
 that do not run here) is an error, never "all 0 steps ok". The steps themselves run by hand: `DEVICE=cpu
 STEPS=engine bash gpu_check.sh` (minutes on a CPU); on a GPU, the whole script.
     python -m pytest -q test_gpu_check.py"""
+import json
 import os
 import re
 import subprocess
@@ -204,6 +205,19 @@ def test_steps_that_select_no_step_here_fail(tmp_path):
         code, lines = check(tmp_path / steps.replace(" ", "_"), DEVICE="cpu", ENGINE="hf", STEPS=steps)
         assert code == 1 and lines[-1].startswith(f"gpu_check: FAILED: 0 steps ran: STEPS='{steps}'"), (code, lines)
         assert not any("steps ok" in x for x in lines), lines
+
+
+def test_steps_of_which_some_do_not_run_here_fail(tmp_path):
+    """STEPS="smol engine" on the HF engine ran smol only and ended "all 1 steps ok": the engine check the
+    caller asked for silently missing. Now: one FAILED line naming what did not run, exit 1."""
+    import smol
+    built = tmp_path / "smol"
+    built.mkdir()
+    (built / "smol.json").write_text(json.dumps(smol.RECIPE))  # an existing build: smol.py reuses it at once
+    code, lines = check(tmp_path, DEVICE="cpu", ENGINE="hf", STEPS="smol engine", SMOL=str(built))
+    assert code == 1 and lines[-1].startswith("gpu_check: FAILED: 1 step(s) ok, but STEPS named steps that do "
+                                              "not run here: engine (device cpu"), (code, lines)
+    assert not any("steps ok" in x for x in lines), lines
 
 
 def test_a_blank_steps_is_refused_before_any_work(tmp_path):
