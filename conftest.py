@@ -1,4 +1,5 @@
-"""Shared test fixtures: one untrained tiny model per test session (built offline in about a second)."""
+"""Shared test fixtures: one untrained tiny model per test session (built offline in about a second), and one
+briefly warmed-up one (about 15 s; test_train, test_faults, test_lora and test_controls read it, none writes it)."""
 import os
 import sys
 
@@ -47,3 +48,12 @@ def no_torchrun_vars_leak():
     yield
     leaked = {k: os.environ[k] for k in TORCHRUN_VARS if os.environ.get(k) != before[k]}
     assert not leaked, f"the test left torchrun variables in os.environ: {leaked}"
+
+
+@pytest.fixture(scope="session")
+def warm_dir(tmp_path_factory):
+    """The tiny model after a short warm-up: unlike the untrained one (every response cut at --max_tokens,
+    reward -1, nothing learnt), its lengths, rewards and updates depend on what was sampled, so a resume that
+    draws other random numbers shows in the metrics, and adapters really train. Read only: shared."""
+    import tiny
+    return tiny.build(str(tmp_path_factory.mktemp("warm") / "model"), sft_steps=15, log=lambda s: None)

@@ -72,12 +72,6 @@ def test_local_reward_zero_leaves_the_team_outcome_alone(tiny_dir):
 
 
 # ---- --adv_norm, --train_roles: one training step each ---------------------------------------------
-@pytest.fixture(scope="module")
-def warm_dir(tmp_path_factory):
-    import tiny
-    return tiny.build(str(tmp_path_factory.mktemp("warm") / "model"), sft_steps=15, log=lambda s: None)
-
-
 def weights(d):
     from transformers import AutoModelForCausalLM
     return {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).state_dict().items()}

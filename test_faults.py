@@ -154,14 +154,6 @@ BASE = ["--task", "plan_path", "--size", "5", "--tool_mode", "direct", "--max_tu
         "--seed", "3", "--temperature", "1.5", "--save_every", "1", "--eval_n", "2"]
 
 
-@pytest.fixture(scope="module")
-def warm_dir(tmp_path_factory):
-    """test_train's warmed-up tiny model: what it samples depends on the random streams, and its
-    updates move the weights, so a resume that lost or redrew anything shows."""
-    import tiny
-    return tiny.build(str(tmp_path_factory.mktemp("warm") / "model"), sft_steps=15, log=lambda s: None)
-
-
 def jsonl(out, name):
     return [json.loads(x) for x in lines(os.path.join(out, name))]
 

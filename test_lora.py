@@ -20,13 +20,6 @@ from test_train import BASE, metrics, run
 LORA = ["--lora_rank", "8", "--lr", "2e-3"]
 
 
-@pytest.fixture(scope="module")
-def warm_dir(tmp_path_factory):
-    """A briefly warmed-up tiny model: its rewards differ between samples, so adapters really train."""
-    import tiny
-    return tiny.build(str(tmp_path_factory.mktemp("warm") / "model"), sft_steps=15, log=lambda s: None)
-
-
 def lora_policies(model_dir, names=("tool", "planner"), weight_decay=0.1):
     import logprobs as LP
     import policies as P

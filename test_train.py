@@ -28,15 +28,6 @@ def metrics(d):
     return [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
 
 
-@pytest.fixture(scope="module")
-def warm_dir(tmp_path_factory):
-    """The tiny model after a short warm-up (about 15 s): unlike the untrained one (every response cut at
-    --max_tokens, reward -1, nothing learnt), its lengths, rewards and updates depend on what was sampled,
-    so a resume that draws other random numbers shows in the metrics."""
-    import tiny
-    return tiny.build(str(tmp_path_factory.mktemp("warm") / "model"), sft_steps=15, log=lambda s: None)
-
-
 REQUIRED = ["step", "success", "reward/tool", "reward/planner", "zero_adv_frac", "logp_gap", "tokens",
             "time/rollout", "time/env", "time/update", "time/sync"]
 
