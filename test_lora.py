@@ -9,6 +9,7 @@ the live run's final evaluation. The 2-rank FSDP2 equality is the "lora" case of
 import json
 import os
 import random
+import sys
 
 import pytest
 import torch
@@ -150,9 +151,14 @@ def test_adapter_checkpoint_evaluates_like_the_live_run(warm_dir, tmp_path):
         assert ev[k] == live["after"][k], k
 
 
-def test_bad_lora_flags_are_one_line_errors(tiny_dir, tmp_path):
+def test_bad_lora_flags_are_one_line_errors(tiny_dir, tmp_path, capsys, monkeypatch):
+    import train
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # (the error line names the program)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # (init_distributed's default; restored after)
     for extra, msg in ((["--lora_rank", "4", "--lora_targets", "no_such_proj"], "--lora_targets no_such_proj"),
                        (["--lora_rank", "-1"], "--lora_rank must be")):
-        p = run(BASE + ["--model", tiny_dir, "--out_dir", str(tmp_path / "x"), "--steps", "1"] + extra, check=False)
-        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
-        assert p.stderr.strip().splitlines()[-1].startswith("train.py: error: " + msg), p.stderr  # one line
+        with pytest.raises(SystemExit) as e:  # in this process (train.main, as `python train.py` calls it)
+            train.main(BASE + ["--model", tiny_dir, "--out_dir", str(tmp_path / "x"), "--steps", "1"] + extra)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "Traceback" not in err, err[-2000:]
+        assert err.strip().splitlines()[-1].startswith("train.py: error: " + msg), err  # one line

@@ -153,7 +153,22 @@ def test_role_sampling_changes_samples_and_keeps_the_logp_gap(warm_dir, tmp_path
     (["--resume"], "--resume: no run in"),
     (["--sleep", "1"], "--sleep 1 needs a GPU, but no CUDA device is visible"),  # (on a machine without CUDA)  # a run killed before its first checkpoint resumes from step 0
 ])
-def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path):
+def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path, capsys, monkeypatch):
+    """In this process (train.main, as `python train.py` calls it; a process start is ~5 s of imports):
+    exit status 2 and one line naming the cause; any other exception fails the test."""
+    import train
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # (init_distributed's default; restored after)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra)
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    assert msg in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("extra,msg", [(["--task", "chess"], "argument --task: invalid choice: 'chess'"),
+                                       (["--resume"], "--resume: no run in")])
+def test_cli_errors_in_a_real_process(extra, msg, tmp_path):
+    """The same, as a user meets them: a real `python train.py`, its exit status, no traceback."""
     p = run(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, check=False)
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and "Traceback" not in p.stderr
