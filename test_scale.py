@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import scale
@@ -133,22 +134,32 @@ def test_fits_names_a_change_that_fits():
     assert scale.fits(cfg, 1 * scale.GiB, **kw) == {}  # nothing on the list is enough
 
 
-def plan_cli(*flags, env=None):
-    return subprocess.run([sys.executable, "train.py", "--task", "plan_path", "--plan", *flags], cwd=HERE,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
+def plan_cli(capsys, monkeypatch, *flags, env=None):
+    """`python train.py --task plan_path --plan FLAGS` in this process (train.main, as the script calls it):
+    its exit status, stdout and stderr."""
+    import types
+    import train
+    with monkeypatch.context() as m:
+        for k, v in (env or {}).items():
+            m.setenv(k, v)
+        with pytest.raises(SystemExit) as e:
+            train.main(["--task", "plan_path", "--plan", *flags])
+    out = capsys.readouterr()
+    return types.SimpleNamespace(returncode=e.value.code, stdout=out.out, stderr=out.err)
 
 
-def test_plan_command_reads_only_config_json(tmp_path):
+def test_plan_command_reads_only_config_json(tmp_path, capsys, monkeypatch):
     cfg = scale.shape_config("qwen3-1.7b")
     cfg.save_pretrained(tmp_path)  # config.json, no weights
     assert os.listdir(tmp_path) == ["config.json"]
-    r = plan_cli("--model", str(tmp_path), "--policies", "per-role", "--plan_gpu_gib", "80", env={"WORLD_SIZE": "8"})
+    r = plan_cli(capsys, monkeypatch, "--model", str(tmp_path), "--policies", "per-role", "--plan_gpu_gib", "80",
+                 env={"WORLD_SIZE": "8"})
     assert r.returncode == 0 and "fits in 80 GiB" in r.stdout, r.stdout + r.stderr
     want = scale.plan(cfg, policies=2, world=8)["trainer state"] / scale.GiB
     assert f"trainer state {want:12.2f} GiB" in r.stdout, r.stdout
-    r = plan_cli("--model", str(tmp_path), "--policies", "per-role", "--plan_gpu_gib", "40")
+    r = plan_cli(capsys, monkeypatch, "--model", str(tmp_path), "--policies", "per-role", "--plan_gpu_gib", "40")
     assert r.returncode == 1 and "does NOT fit" in r.stdout and "would fit with: --grad_ckpt 1" in r.stdout
-    r = plan_cli("--model", str(tmp_path / "nothing"))
+    r = plan_cli(capsys, monkeypatch, "--model", str(tmp_path / "nothing"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
 

@@ -24,6 +24,21 @@ def run(args, check=True, env=None):
     return p
 
 
+def in_process(main, argv, capsys):
+    """`python train.py ARGV` (or eval.py) as train.main(ARGV): a process start is ~5 s of imports. Its exit
+    status (0 if it returned) and stderr; any exception other than SystemExit fails the test."""
+    import types
+    omp = os.environ.get("OMP_NUM_THREADS")  # (init_distributed sets a default: not left for later tests)
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        os.environ.pop("OMP_NUM_THREADS", None) if omp is None else os.environ.update(OMP_NUM_THREADS=omp)
+    return types.SimpleNamespace(returncode=code, stderr=capsys.readouterr().err)
+
+
 def metrics(d):
     return [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
 
@@ -153,16 +168,11 @@ def test_role_sampling_changes_samples_and_keeps_the_logp_gap(warm_dir, tmp_path
     (["--resume"], "--resume: no run in"),
     (["--sleep", "1"], "--sleep 1 needs a GPU, but no CUDA device is visible"),  # (on a machine without CUDA)  # a run killed before its first checkpoint resumes from step 0
 ])
-def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path, capsys, monkeypatch):
-    """In this process (train.main, as `python train.py` calls it; a process start is ~5 s of imports):
-    exit status 2 and one line naming the cause; any other exception fails the test."""
+def test_cli_errors_are_one_line_exit_2(extra, msg, tmp_path, capsys):
     import train
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # (init_distributed's default; restored after)
-    with pytest.raises(SystemExit) as e:
-        train.main(["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra)
-    err = capsys.readouterr().err
-    assert e.value.code == 2, err
-    assert msg in err and len(err.strip().splitlines()) == 1, err
+    p = in_process(train.main, ["--model", "/tmp", "--out_dir", str(tmp_path / "x")] + extra, capsys)
+    assert p.returncode == 2, p.stderr
+    assert msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 @pytest.mark.parametrize("extra,msg", [(["--task", "chess"], "argument --task: invalid choice: 'chess'"),
@@ -211,8 +221,10 @@ def test_stale_tiny_model_is_refused(tmp_path):
     (("tokenizer.json", "tokenizer_config.json"), "no usable tokenizer"),
     (("model.safetensors",), "model.safetensors"),  # a download or copy cut short: safetensors' own traceback
 ])
-def test_a_model_dir_missing_its_tokenizer_or_with_torn_weights_is_one_line(broken, says, tiny_dir, tmp_path):
+def test_a_model_dir_missing_its_tokenizer_or_with_torn_weights_is_one_line(broken, says, tiny_dir, tmp_path, capsys):
     import shutil
+    import eval as E
+    import train
     d = tmp_path / "model"
     shutil.copytree(tiny_dir, d)
     for f in broken:
@@ -221,10 +233,9 @@ def test_a_model_dir_missing_its_tokenizer_or_with_torn_weights_is_one_line(brok
         else:
             os.remove(d / f)
     out = tmp_path / "run"
-    for p in (run([*BASE, "--model", str(d), "--engine", "hf", "--steps", "1", "--eval_n", "0", "--out_dir", str(out)],
-                  check=False),
-              subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), "--task", "plan_path", "--model", str(d),
-                              "--n", "2", "--engine", "hf"], capture_output=True, text=True, cwd=HERE, timeout=600)):
+    for p in (in_process(train.main, [*BASE, "--model", str(d), "--engine", "hf", "--steps", "1", "--eval_n", "0",
+                                      "--out_dir", str(out)], capsys),
+              in_process(E.main, ["--task", "plan_path", "--model", str(d), "--n", "2", "--engine", "hf"], capsys)):
         last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
         assert says in last and str(d) in last, last
@@ -528,22 +539,23 @@ def test_two_ranks_sum_each_benchmark_even_one_a_rank_lacks(tiny_dir, tmp_path):
     ("raise ImportError('libcudart.so.13: cannot open shared object file')", "libcudart.so.13"),  # a CUDA wheel here
     (None, "pip install -r requirements-cpu.txt"),  # not installed at all
 ])
-def test_a_broken_or_missing_vllm_is_one_line_naming_the_fix(init, says, tiny_dir, tmp_path):
+def test_a_broken_or_missing_vllm_is_one_line_naming_the_fix(init, says, tiny_dir, tmp_path, capsys, monkeypatch):
     """--engine vllm where `import vllm` fails: one line and exit 2, before any step, naming the fix (and
-    --engine hf), not a traceback from inside the engine's start-up; eval.py alike."""
-    fake = tmp_path / "site"
+    --engine hf), not a traceback from inside the engine's start-up; eval.py alike. In this process, with a
+    broken `vllm` package first on sys.path (the real one, if imported, is restored after)."""
+    import eval as E
+    import train
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
     if init is None:  # None in sys.modules: `import vllm` raises ModuleNotFoundError, as when it is absent
-        fake.mkdir()
-        (fake / "sitecustomize.py").write_text("import sys\nsys.modules['vllm'] = None\n")
+        monkeypatch.setitem(sys.modules, "vllm", None)
     else:
-        (fake / "vllm").mkdir(parents=True)
-        (fake / "vllm" / "__init__.py").write_text(init + "\n")
-    env = {"PYTHONPATH": str(fake)}
+        (tmp_path / "site" / "vllm").mkdir(parents=True)
+        (tmp_path / "site" / "vllm" / "__init__.py").write_text(init + "\n")
+        monkeypatch.syspath_prepend(str(tmp_path / "site"))
     out = tmp_path / "run"
-    for p in (run([*BASE, "--model", tiny_dir, "--steps", "1", "--engine", "vllm", "--out_dir", str(out)], check=False, env=env),
-              subprocess.run([sys.executable, os.path.join(HERE, "eval.py"), "--task", "plan_path", "--model", tiny_dir,
-                              "--n", "2", "--engine", "vllm"], capture_output=True, text=True, cwd=HERE,
-                             env=dict(os.environ, **env), timeout=600)):
+    for p in (in_process(train.main, [*BASE, "--model", tiny_dir, "--steps", "1", "--engine", "vllm", "--out_dir", str(out)],
+                         capsys),
+              in_process(E.main, ["--task", "plan_path", "--model", tiny_dir, "--n", "2", "--engine", "vllm"], capsys)):
         last = p.stderr.strip().splitlines()[-1]  # (after the model's loading bars)
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
         assert "import vllm" in last and says in last and "--engine hf" in last, last
