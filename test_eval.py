@@ -85,12 +85,11 @@ def test_role_model_swap_changes_routing(ckpt, tmp_path):
 
 def test_bad_input(tmp_path, ckpt, other_shape, capsys):
     import eval as E
+    from test_train import in_process
     for argv, msg in ((ARGS + ["--model", ckpt, "--role_model", f"planner={other_shape}"], "differ in shape"),
                       (ARGS + ["--model", str(tmp_path)], "no config.json"), (["--plot", str(tmp_path)], "metrics.jsonl")):
-        with pytest.raises(SystemExit) as e:  # in this process (eval.main, as `python eval.py` calls it)
-            E.main(argv)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and msg in err.strip().splitlines()[-1] and "Traceback" not in err, err
+        p = in_process(E.main, argv, capsys)
+        assert p.returncode == 2 and msg in p.stderr.strip().splitlines()[-1] and "Traceback" not in p.stderr, p.stderr
     # a --json nobody can write: refused before the evaluation (it was a traceback after it, its results lost)
     p = run(ARGS + ["--model", ckpt, "--engine", "hf", "--json", str(tmp_path / "no" / "such" / "e.json")])
     assert p.returncode == 2 and "--json" in p.stderr and "no such directory" in p.stderr, p.stderr[-2000:]

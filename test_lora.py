@@ -16,7 +16,7 @@ import torch
 
 import common
 import test_policies as TP
-from test_train import BASE, metrics, run
+from test_train import BASE, in_process, metrics, run
 
 LORA = ["--lora_rank", "8", "--lr", "2e-3"]
 
@@ -154,11 +154,9 @@ def test_adapter_checkpoint_evaluates_like_the_live_run(warm_dir, tmp_path):
 def test_bad_lora_flags_are_one_line_errors(tiny_dir, tmp_path, capsys, monkeypatch):
     import train
     monkeypatch.setattr(sys, "argv", ["train.py"])  # (the error line names the program)
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # (init_distributed's default; restored after)
     for extra, msg in ((["--lora_rank", "4", "--lora_targets", "no_such_proj"], "--lora_targets no_such_proj"),
                        (["--lora_rank", "-1"], "--lora_rank must be")):
-        with pytest.raises(SystemExit) as e:  # in this process (train.main, as `python train.py` calls it)
-            train.main(BASE + ["--model", tiny_dir, "--out_dir", str(tmp_path / "x"), "--steps", "1"] + extra)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and "Traceback" not in err, err[-2000:]
-        assert err.strip().splitlines()[-1].startswith("train.py: error: " + msg), err  # one line
+        p = in_process(train.main, BASE + ["--model", tiny_dir, "--out_dir", str(tmp_path / "x"), "--steps", "1"] + extra,
+                       capsys)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+        assert p.stderr.strip().splitlines()[-1].startswith("train.py: error: " + msg), p.stderr  # one line

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 import torch
 
 import scale
@@ -136,16 +135,13 @@ def test_fits_names_a_change_that_fits():
 
 def plan_cli(capsys, monkeypatch, *flags, env=None):
     """`python train.py --task plan_path --plan FLAGS` in this process (train.main, as the script calls it):
-    its exit status, stdout and stderr."""
-    import types
+    its exit status, stdout and stderr (test_train.in_process), with `env` set for this call only."""
     import train
+    from test_train import in_process
     with monkeypatch.context() as m:
         for k, v in (env or {}).items():
             m.setenv(k, v)
-        with pytest.raises(SystemExit) as e:
-            train.main(["--task", "plan_path", "--plan", *flags])
-    out = capsys.readouterr()
-    return types.SimpleNamespace(returncode=e.value.code, stdout=out.out, stderr=out.err)
+        return in_process(train.main, ["--task", "plan_path", "--plan", *flags], capsys)
 
 
 def test_plan_command_reads_only_config_json(tmp_path, capsys, monkeypatch):

@@ -26,7 +26,7 @@ def run(args, check=True, env=None):
 
 def in_process(main, argv, capsys):
     """`python train.py ARGV` (or eval.py) as train.main(ARGV): a process start is ~5 s of imports. Its exit
-    status (0 if it returned) and stderr; any exception other than SystemExit fails the test."""
+    status (0 if it returned), stdout and stderr; any exception other than SystemExit fails the test."""
     import types
     omp = os.environ.get("OMP_NUM_THREADS")  # (init_distributed sets a default: not left for later tests)
     try:
@@ -36,7 +36,8 @@ def in_process(main, argv, capsys):
         code = e.code
     finally:
         os.environ.pop("OMP_NUM_THREADS", None) if omp is None else os.environ.update(OMP_NUM_THREADS=omp)
-    return types.SimpleNamespace(returncode=code, stderr=capsys.readouterr().err)
+    out = capsys.readouterr()
+    return types.SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
 
 
 def metrics(d):
