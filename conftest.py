@@ -8,6 +8,11 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# Under pytest-xdist (-n N) every worker, and every train.py / eval.py / torchrun it starts, would run
+# cpu_count OpenMP threads; their spin-waits fight over cores another worker holds. One share each.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
 
 
 @pytest.fixture(scope="session")

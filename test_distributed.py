@@ -148,8 +148,9 @@ def n_gpus():
 
 def worker_env():
     """One OpenMP thread per worker (2 cores, 2 ranks), and no progress bars: a failure's log tail must show
-    the error, not 35 "Loading weights" bars."""
-    return dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    the error, not 35 "Loading weights" bars; a worker killed by a signal (SIGABRT, SIGSEGV) prints every
+    thread's Python stack (faulthandler) into it."""
+    return dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONFAULTHANDLER="1")
 
 
 def torchrun(args, timeout, nproc=2):
@@ -266,11 +267,12 @@ def two_nodes(args, out, timeout, retry=True, fresh=lambda: None):
             tails.append(f"--- launcher {i} (rc {procs[i].returncode}):\n{log.read()[-6000:]}")
             log.close()
     if failure is not None and retry and any("(SIGABRT)" in t for t in tails):
-        # seen twice on fresh CI clones, never in reruns here (6 + 8): rank 1 of train.py aborted at exit,
-        # after its last collective, with "terminate called without an active exception" (a C++ thread
-        # still joinable at teardown) while rank 0 was finishing. train.py now meets at a barrier before
-        # destroying its process group. Until that is shown enough, one retry from a fresh start (`fresh`:
-        # the run's directory removed), the first log kept as a warning; a second abort fails
+        # seen twice on fresh CI clones, never here (6 + 8 reruns before train.py's barrier, 12 runs of this
+        # test alone after it, 0 aborts): rank 1 of train.py aborted at exit, after its last collective, with
+        # "terminate called without an active exception" (a C++ thread still joinable at teardown) while rank
+        # 0 was finishing. train.py now meets at a barrier before destroying its process group; runs here
+        # cannot show that it helped. So one retry from a fresh start (`fresh`: the run's directory removed),
+        # the first log kept as a warning, with the aborted worker's thread stacks; a second abort fails
         warnings.warn("two torchrun launchers: a worker aborted (SIGABRT); retrying once\n" + "\n".join(tails))
         fresh()
         return two_nodes(args, out, timeout, retry=False)
