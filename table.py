@@ -6,7 +6,7 @@ several seeds, with every claim of the paper as a paired difference, its 95% int
     python table.py --rows shared,per-role --seeds 5   # one comparison (per-role vs shared) over 5 seeds
     python table.py --preset cpu-demo-math3 --rows per-role,mas3,mas3-shared   # two agents vs three (a checker)
     python table.py --steps 20 --eval_n 50 --seeds 1 --out_dir runs/table-quick  # a quick look: no verdicts
-    python table.py --preset cpu-real        # the real model (SmolLM2-135M, funcs): ~4.5 h a seed alone (10 rows)
+    python table.py --preset cpu-real        # the real model (SmolLM2-135M, funcs): ~4.5 h alone, ~15 GB of checkpoints a seed
     python table.py --preset cpu-real-math   # the real model on math (tool agent + reasoner): ~2 h a seed alone
     python -m pytest -q test_table.py test_stats.py
 
