@@ -70,10 +70,13 @@ PRESETS["cpu-demo-math3"] = dict(PRESETS["cpu-demo-math"], tiny_dir="tiny-model-
 
 
 # ---- command lines ---------------------------------------------------------------------------------
-def die(msg):
-    """A user error: one line on stderr, exit status 2 (argparse's), no traceback."""
+NOT_WRITTEN = 3  # exit status: a file could not be written (disk full, quota): every later run here fails too
+
+
+def die(msg, status=2):
+    """A user error: one line on stderr, exit status 2 (argparse's; NOT_WRITTEN for a failed write), no traceback."""
     print(f"{os.path.basename(sys.argv[0]) or 'train.py'}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(status)
 
 
 # vLLM's own start-up errors when the GPU memory it was given cannot hold it (vllm/v1/worker/utils.py and
@@ -374,7 +377,7 @@ def save_checkpoint(out_dir, step, policies, tok, state, keep=2, rank=0, world=1
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # whatever it holds is unusable, and the space is wanted
         die(f"checkpoint {name} not written in {out_dir}: {first_line(e)}; the previous one "
-            f"({latest_checkpoint(out_dir) or 'none'}) is intact: free space, then --resume")
+            f"({latest_checkpoint(out_dir) or 'none'}) is intact: free space, then --resume", NOT_WRITTEN)
     kill_point("ckpt", step)  # test hook: written, not renamed
     barrier()
     if rank == 0:
@@ -517,7 +520,7 @@ def append_lines(path, rows, point=None, step=None):
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:
-        die(f"cannot write {path}: {first_line(e)}; the last checkpoint is intact: free space, then --resume")
+        die(f"cannot write {path}: {first_line(e)}; the last checkpoint is intact: free space, then --resume", NOT_WRITTEN)
 
 
 def replace_file(path, write, hint="the last checkpoint is intact: free space, then --resume"):
@@ -531,7 +534,7 @@ def replace_file(path, write, hint="the last checkpoint is intact: free space, t
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
-        die(f"cannot write {path}: {first_line(e)}; {hint}")
+        die(f"cannot write {path}: {first_line(e)}; {hint}", NOT_WRITTEN)
     fsync_tree(os.path.dirname(path) or ".", files=False)
 
 

@@ -66,7 +66,7 @@ settings is refused, never mixed in, and an eval JSON whose recorded settings ar
 would run with now (or a torn one, or one without per-problem outcomes) is made again (the stale file
 kept aside as .stale-TIME). A piece that fails stops its seed, not the table: the other seeds go on, the
 table exits 1 naming the failed seeds, and the same command resumes them (a training from its last
-checkpoint); intervals are never printed with a seed missing.
+checkpoint); intervals are never printed with a seed missing. A file not written (a full disk) stops the table.
 --preset cpu-real (issue 38) runs its own preset's budget (24 steps, the 155 test problems) from the real
 model, with the rows single, single+grpo (the coder alone at the preset's K 4, the paper's row), single-k8 (at
 the MAS coder's samples), equal-budget (the coder alone, as many samples per step), mas, shared, per-role, swapped,
@@ -95,7 +95,7 @@ import rollout
 import smol
 import stats
 import tiny
-from common import PRESETS, Parser, die, latest_checkpoint, make_env, write_json
+from common import NOT_WRITTEN, PRESETS, Parser, die, latest_checkpoint, make_env, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = {"cpu-demo": "runs/table", "cpu-demo-math": "runs/table-math", "cpu-demo-math3": "runs/table-math3",
@@ -217,6 +217,9 @@ def sh(cmd, log):
     print("$ " + " ".join(cmd), flush=True)
     with open(log, "a") as f:
         p = subprocess.run(cmd, cwd=HERE, stdout=f, stderr=subprocess.STDOUT)
+    if p.returncode == NOT_WRITTEN:  # a full disk: every later piece would fail too, after its own first steps
+        sys.exit(f"table.py: {cmd[1]} could not write a file (disk full?); see {log}: free space, then run the same "
+                 "command again (finished pieces are kept, a training resumes from its last checkpoint)")
     if p.returncode != 0:
         raise Failed(f"{cmd[1]} exited {p.returncode}; see {log}")
 

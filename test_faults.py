@@ -75,7 +75,7 @@ def test_checkpoint_write_fails_one_line_error_previous_intact(tmp_path, monkeyp
     with pytest.raises(SystemExit) as e:
         save(tmp_path, 2)
     err = capsys.readouterr().err
-    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert e.value.code == common.NOT_WRITTEN and len(err.strip().splitlines()) == 1, err
     assert str(tmp_path) in err and "No space left on device" in err and "ckpt-000001" in err, err
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000001", "latest"]  # no .tmp-ckpt-000002 left
     monkeypatch.undo()
@@ -216,7 +216,7 @@ def test_disk_full_on_metrics_is_one_line_and_resume_continues(warm_dir, tmp_pat
     monkeypatch.undo()
     stderr = capsys.readouterr().err  # (in this process, the progress bars of model loading are there too)
     err = [x for x in stderr.splitlines() if "error:" in x]
-    assert e.value.code == 2 and len(err) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert e.value.code == common.NOT_WRITTEN and len(err) == 1 and "Traceback" not in stderr, stderr[-2000:]
     assert os.path.join(out, "metrics.jsonl") in err[0], err
     assert "No space left on device" in err[0]
     assert common.latest_checkpoint(out) == os.path.join(out, "ckpt-000001")

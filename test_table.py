@@ -6,6 +6,7 @@ pieces are reused by name, a directory made with other settings is refused.
 """
 import json
 import os
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -67,10 +68,11 @@ def row_of(a):
     return "single" if a.workflow == "single" else "mas"
 
 
-def fake_pieces(monkeypatch, calls, fail=()):
+def fake_pieces(monkeypatch, calls, fail=(), full=()):
     """table.sh with no real work: a training run leaves its checkpoints, an evaluation is eval.py's own
     main (its command line parsed, its JSON written with every setting) minus the rollouts, with the known
-    outcomes of SOLVED. A training listed in `fail` (seed, key) crashes once, after its first checkpoint."""
+    outcomes of SOLVED. A training listed in `fail` (seed, key) crashes once, after its first checkpoint; one
+    in `full` finds the disk full there (the real table.sh runs a process that exits as train.py then does)."""
     import importlib
     ev = importlib.import_module("eval")
 
@@ -81,7 +83,7 @@ def fake_pieces(monkeypatch, calls, fail=()):
                 "tokens": 3, "wall_s": 0.0, "models": {}, "settings": {k: v for k, v in vars(a).items() if k != "plot"}}
     monkeypatch.setattr(ev, "run_eval", run_eval)
     monkeypatch.setattr(table, "code_version", lambda: "c0de")  # (the checkout may change while a test runs)
-    failing = set(fail)
+    failing, filling, real_sh = set(fail), set(full), table.sh
 
     def sh(cmd, log):
         calls.append(cmd)
@@ -94,6 +96,9 @@ def fake_pieces(monkeypatch, calls, fail=()):
             if (seed, key) in failing:
                 failing.discard((seed, key))
                 raise table.Failed(f"train.py exited -9; see {log}")  # killed mid-run
+            if (seed, key) in filling:
+                filling.discard((seed, key))
+                real_sh([sys.executable, "-c", "import common; common.die('checkpoint not written', common.NOT_WRITTEN)"], log)
             os.makedirs(os.path.join(out, f"ckpt-{steps:06d}"), exist_ok=True)
         else:
             ev.main(cmd[2:])
@@ -150,6 +155,24 @@ def test_a_failed_seed_is_resumed_not_dropped(tmp_path, monkeypatch, capsys):
     assert all("seed-1" in c[c.index("--json") + 1] for c in calls[1:]) and len(calls) == 3  # seed 1's two evals
     assert res["seeds"] == [0, 1, 2] and all(len(r["per_seed"]) == 3 for r in res["rows"])
     assert [c["claim"] for c in res["claims"]] == ["per-role vs shared policies"]
+
+
+def test_a_full_disk_stops_the_table_not_only_its_seed(tmp_path, monkeypatch, capsys):
+    """Seed 0's per-role training cannot write its checkpoint (disk full): every later piece would fail the
+    same way after its own first steps (it did, in issue 47's cpu-real table: seeds 1 and 2 each trained 8
+    steps for nothing). The table stops there, says to free space and run it again, and that resumes it."""
+    calls, d = [], tmp_path / "t"
+    fake_pieces(monkeypatch, calls, full=[(0, "per-role")])
+    argv = ["--steps", "2", "--eval_n", "20", "--seeds", "3", "--rows", "shared,per-role", "--out_dir", str(d),
+            "--tiny_dir", str(tmp_path / "tiny")]
+    with pytest.raises(SystemExit) as e:
+        table.main(argv)
+    assert "could not write a file" in str(e.value.code) and "free space" in str(e.value.code), e.value.code
+    assert not any("seed-1" in " ".join(c) or "seed-2" in " ".join(c) for c in calls), calls
+    calls.clear()
+    res = table.main(argv)
+    assert "--resume" in calls[0] and "seed-0" in calls[0][calls[0].index("--out_dir") + 1]
+    assert res["seeds"] == [0, 1, 2] and all(len(r["per_seed"]) == 3 for r in res["rows"])
 
 
 def test_a_stale_eval_is_recomputed(tmp_path, monkeypatch, capsys):
