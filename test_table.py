@@ -136,16 +136,22 @@ def test_rows_and_claims_from_known_outcomes(tmp_path, monkeypatch, capsys):
     assert sorted(ev["settings"]["role_model"]) == [f"planner={ck}/tool", f"tool={ck}/planner"], ev["settings"]
 
 
-def test_a_failed_seed_is_resumed_not_dropped(tmp_path, monkeypatch, capsys):
-    """Seed 1's per-role training dies after its first checkpoint: seeds 0 and 2 finish, the table exits 1
-    naming seed 1 and writes no table; the same command resumes that training (--resume) and redoes
-    nothing else, and the table then holds all three seeds."""
+def a_table_that_stops(tmp_path, monkeypatch, **faults):
+    """3 seeds of 2 rows with fake_pieces' faults: (calls, out dir, argv, the table's SystemExit)."""
     calls, d = [], tmp_path / "t"
-    fake_pieces(monkeypatch, calls, fail=[(1, "per-role")])
+    fake_pieces(monkeypatch, calls, **faults)
     argv = ["--steps", "2", "--eval_n", "20", "--seeds", "3", "--rows", "shared,per-role", "--out_dir", str(d),
             "--tiny_dir", str(tmp_path / "tiny")]
     with pytest.raises(SystemExit) as e:
         table.main(argv)
+    return calls, d, argv, e
+
+
+def test_a_failed_seed_is_resumed_not_dropped(tmp_path, monkeypatch, capsys):
+    """Seed 1's per-role training dies after its first checkpoint: seeds 0 and 2 finish, the table exits 1
+    naming seed 1 and writes no table; the same command resumes that training (--resume) and redoes
+    nothing else, and the table then holds all three seeds."""
+    calls, d, argv, e = a_table_that_stops(tmp_path, monkeypatch, fail=[(1, "per-role")])
     assert "seed(s) 1 failed" in str(e.value.code) and not (d / "table.json").exists()
     assert (d / "seed-2" / "eval-mas---at-grpo-per-role.json").exists()  # the seed after the failed one ran
     calls.clear()
@@ -161,12 +167,7 @@ def test_a_full_disk_stops_the_table_not_only_its_seed(tmp_path, monkeypatch, ca
     """Seed 0's per-role training cannot write its checkpoint (disk full): every later piece would fail the
     same way after its own first steps (it did, in issue 47's cpu-real table: seeds 1 and 2 each trained 8
     steps for nothing). The table stops there, says to free space and run it again, and that resumes it."""
-    calls, d = [], tmp_path / "t"
-    fake_pieces(monkeypatch, calls, full=[(0, "per-role")])
-    argv = ["--steps", "2", "--eval_n", "20", "--seeds", "3", "--rows", "shared,per-role", "--out_dir", str(d),
-            "--tiny_dir", str(tmp_path / "tiny")]
-    with pytest.raises(SystemExit) as e:
-        table.main(argv)
+    calls, d, argv, e = a_table_that_stops(tmp_path, monkeypatch, full=[(0, "per-role")])
     assert "could not write a file" in str(e.value.code) and "free space" in str(e.value.code), e.value.code
     assert not any("seed-1" in " ".join(c) or "seed-2" in " ".join(c) for c in calls), calls
     calls.clear()
